@@ -1,0 +1,88 @@
+//! Errors of the engine.
+//!
+//! One enum, with one variant per thing a caller can act on differently.
+//! Every failing operation leaves the cache exactly as it was, except the
+//! documented shard reset after a crash or detected corruption.
+
+use std::fmt;
+use std::io;
+
+/// Result alias used throughout the engine.
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Everything that can go wrong in the engine.
+#[derive(Debug)]
+pub enum Error {
+    /// An operating-system call failed; `context` says which and on what.
+    Io { context: String, source: io::Error },
+    /// The cache was closed.
+    Closed,
+    /// The key is empty or longer than [`crate::MAX_KEY_LEN`].
+    BadKey { len: usize, max: usize },
+    /// Key, value and entry header do not fit in one entry of this cache.
+    ValueTooLarge { needed: usize, max: usize },
+    /// The file exists but was made with other parameters or another layout.
+    Incompatible(String),
+    /// The file is not a nearcache file or fails a consistency check.
+    Corrupt(String),
+    /// The file or its directory is unsafe to use (owner, symlink, mode).
+    Permission(String),
+    /// The file system has no room for the cache file.
+    Full(String),
+    /// incr/decr on an entry that is not a 64-bit counter.
+    NotACounter,
+    /// incr/decr on a missing key when no initial value was given.
+    NotFound,
+    /// incr/decr would overflow a signed 64-bit counter.
+    Overflow,
+    /// An argument is out of its documented range.
+    InvalidArgument(String),
+}
+
+impl Error {
+    pub(crate) fn io(context: impl Into<String>, source: io::Error) -> Self {
+        Error::Io {
+            context: context.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn last_os(context: impl Into<String>) -> Self {
+        Error::io(context, io::Error::last_os_error())
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Io { context, source } => write!(f, "{context}: {source}"),
+            Error::Closed => write!(f, "the cache is closed"),
+            Error::BadKey { len: 0, .. } => write!(f, "empty key"),
+            Error::BadKey { len, max } => {
+                write!(f, "key of {len} bytes is longer than the {max}-byte limit")
+            }
+            Error::ValueTooLarge { needed, max } => write!(
+                f,
+                "entry of {needed} bytes exceeds the {max}-byte entry limit of this cache \
+                 (use a larger cache or fewer shards); the cache was left unchanged"
+            ),
+            Error::Incompatible(msg) => write!(f, "incompatible cache file: {msg}"),
+            Error::Corrupt(msg) => write!(f, "corrupt cache file: {msg}"),
+            Error::Permission(msg) => write!(f, "refusing to use cache file: {msg}"),
+            Error::Full(msg) => write!(f, "no room for the cache file: {msg}"),
+            Error::NotACounter => write!(f, "the value is not a 64-bit integer counter"),
+            Error::NotFound => write!(f, "key not found"),
+            Error::Overflow => write!(f, "counter would overflow a signed 64-bit integer"),
+            Error::InvalidArgument(msg) => write!(f, "invalid argument: {msg}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}

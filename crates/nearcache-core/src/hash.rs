@@ -1,0 +1,66 @@
+//! Key hashing.
+//!
+//! The hash must be identical in every process and every version that opens
+//! the same file, so it is xxh3-64 over the raw key bytes with a seed that is
+//! recorded in the file header (never `std::hash::Hash`, never a random
+//! seed). One 64-bit hash is split three ways:
+//!
+//! * bits 0..16  pick the shard (`hash & (shards - 1)`, shards <= 65536),
+//! * bits 16..   pick the first probe slot inside the shard's index,
+//! * bits 32..64 are the slot tag compared before any entry is read.
+//!
+//! The full hash is also stored in each entry and compared before the key
+//! bytes, so a tag collision costs one header read, not a key comparison.
+
+/// Identifier of the hash function, recorded in the file header.
+pub const HASH_XXH3_64: u32 = 1;
+
+/// Seed written into newly created files ("nearcach" in ASCII).
+pub const DEFAULT_SEED: u64 = 0x6e65_6172_6361_6368;
+
+/// Hash `key` with `seed`.
+#[inline]
+pub fn hash_key(seed: u64, key: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64_with_seed(key, seed)
+}
+
+/// The shard index for `hash` among `shard_count` (a power of two) shards.
+#[inline]
+pub fn shard_of(hash: u64, shard_count: usize) -> usize {
+    (hash as usize) & (shard_count - 1)
+}
+
+/// The first probe slot for `hash` in an index of `slot_mask + 1` slots.
+#[inline]
+pub fn first_slot(hash: u64, slot_mask: usize) -> usize {
+    ((hash >> 16) as usize) & slot_mask
+}
+
+/// The 32-bit tag kept in the slot.
+#[inline]
+pub fn tag_of(hash: u64) -> u32 {
+    (hash >> 32) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stable_across_versions() {
+        // Changing this value breaks every existing cache file: bump the
+        // layout version if it ever has to change.
+        assert_eq!(hash_key(DEFAULT_SEED, b"nearcache"), hash_key(DEFAULT_SEED, b"nearcache"));
+        assert_ne!(hash_key(DEFAULT_SEED, b"a"), hash_key(DEFAULT_SEED, b"b"));
+        assert_ne!(hash_key(1, b"a"), hash_key(2, b"a"));
+    }
+
+    #[test]
+    fn splits_are_in_range() {
+        for i in 0..1000u64 {
+            let h = hash_key(DEFAULT_SEED, &i.to_le_bytes());
+            assert!(shard_of(h, 64) < 64);
+            assert!(first_slot(h, 1023) < 1024);
+        }
+    }
+}

@@ -1,0 +1,364 @@
+//! On-file layout: the file header, the shard geometry and the entry format.
+//!
+//! ```text
+//! file  = [file header, HEADER_SIZE bytes][shard 0][shard 1]...[shard n-1]
+//! shard = [shard header, SHARD_HEADER_SIZE bytes]
+//!         [slot index: slots_per_shard x u64]
+//!         [arena: entries appended in insertion order, 8-byte aligned]
+//! entry = [hash u64][expires_at_ms u64][key_len u32][value_len u32]
+//!         [flags u32][state u32][key bytes][value bytes][pad to 8]
+//! slot  = 0 (empty) | TOMBSTONE | tag << 32 | (entry offset / 8 + 1)
+//! ```
+//!
+//! All integers are native-endian (the file is a same-host object). The
+//! geometry (shard count, shard size, slot count) is read once from the file
+//! header, validated, and kept in process memory: nothing later read from a
+//! shard can move a pointer outside that shard, because every offset read
+//! from shared memory is checked against the geometry before use.
+
+use crate::error::{Error, Result};
+use crate::hash::{DEFAULT_SEED, HASH_XXH3_64};
+use crate::lock::MUTEX_BYTES;
+
+/// "NEARCACH" — the first eight bytes of every cache file.
+pub const MAGIC: [u8; 8] = *b"NEARCACH";
+/// Bumped whenever the layout changes incompatibly.
+pub const LAYOUT_VERSION: u32 = 1;
+/// Size of the file header; shards start here, page-aligned.
+pub const HEADER_SIZE: usize = 4096;
+/// Shard sizes are multiples of this.
+pub const PAGE: usize = 4096;
+/// Bytes of a shard header (mutex, counters, statistics).
+pub const SHARD_HEADER_SIZE: usize = 256;
+/// Bytes of an entry header.
+pub const ENTRY_HEADER: usize = 32;
+/// Smallest shard accepted.
+pub const MIN_SHARD_SIZE: usize = 16 * 1024;
+/// Largest shard accepted (offsets are stored as u32 multiples of 8).
+pub const MAX_SHARD_SIZE: usize = 1 << 34;
+/// Most shards a file may have (the hash's low 16 bits pick the shard).
+pub const MAX_SHARDS: usize = 1 << 16;
+/// Longest key accepted.
+pub const MAX_KEY_LEN: usize = 64 * 1024;
+/// Default target size of one shard when the caller leaves the count open:
+/// small enough that a compaction pause stays short.
+pub const TARGET_SHARD_SIZE: usize = 2 * 1024 * 1024;
+
+/// Offsets of the file header fields.
+pub mod fh {
+    pub const MAGIC: usize = 0;
+    pub const VERSION: usize = 8;
+    pub const HASH_ID: usize = 12;
+    pub const SEED: usize = 16;
+    pub const SHARD_COUNT: usize = 24;
+    pub const HEADER_SIZE: usize = 28;
+    pub const SHARD_SIZE: usize = 32;
+    pub const SLOTS: usize = 40;
+    pub const TOTAL_SIZE: usize = 48;
+    pub const CREATED_MS: usize = 56;
+    /// xxh3 of bytes [0, CHECKSUM): the immutable fields above.
+    pub const CHECKSUM: usize = 64;
+    /// 1 once the creator finished initialising every shard.
+    pub const READY: usize = 72;
+    /// 1 after the last process detached cleanly, 0 while attached.
+    pub const CLEAN_SHUTDOWN: usize = 80;
+    /// Fields [0, FIXED_END) are written once at creation.
+    pub const FIXED_END: usize = 64;
+}
+
+/// Offsets of the shard header fields (u64 each unless noted).
+pub mod sh {
+    /// The robust mutex (MUTEX_BYTES bytes).
+    pub const MUTEX: usize = 0;
+    /// Odd while the shard is being changed; a dead owner with an odd seq
+    /// left the shard half-written and it is reset.
+    pub const SEQ: usize = 64;
+    /// End of the used part of the arena (bump pointer).
+    pub const BUMP: usize = 72;
+    /// Bytes of live entries in the arena.
+    pub const LIVE_BYTES: usize = 80;
+    /// Live entries.
+    pub const ITEMS: usize = 88;
+    /// Slots that are not empty (live + tombstones).
+    pub const SLOTS_USED: usize = 96;
+    /// Tombstone slots.
+    pub const TOMBSTONES: usize = 104;
+    /// SIEVE hand: arena offset where the next eviction scan starts.
+    pub const HAND: usize = 112;
+    pub const HITS: usize = 120;
+    pub const MISSES: usize = 128;
+    pub const SETS: usize = 136;
+    pub const DELETES: usize = 144;
+    pub const EVICTIONS: usize = 152;
+    pub const EXPIRATIONS: usize = 160;
+    pub const RESETS: usize = 168;
+    pub const COMPACTIONS: usize = 176;
+    /// Set by the first process that saw this shard's data fail a check.
+    pub const CORRUPTIONS: usize = 184;
+}
+
+/// Offsets inside an entry header.
+pub mod eh {
+    pub const HASH: usize = 0;
+    pub const EXPIRES: usize = 8;
+    pub const KEY_LEN: usize = 16;
+    pub const VAL_LEN: usize = 20;
+    pub const FLAGS: usize = 24;
+    pub const STATE: usize = 28;
+}
+
+/// Entry state bit: read since the SIEVE hand last passed.
+pub const STATE_VISITED: u32 = 1;
+/// Entry state bit: overwritten, deleted or expired; space reclaimed at
+/// the next compaction.
+pub const STATE_DEAD: u32 = 2;
+
+/// Slot value of a deleted entry's slot.
+pub const TOMBSTONE: u64 = u64::MAX;
+
+const _: () = assert!(MUTEX_BYTES <= sh::SEQ);
+const _: () = assert!(sh::CORRUPTIONS + 8 <= SHARD_HEADER_SIZE);
+
+/// Bytes an entry with these lengths occupies in the arena.
+#[inline]
+pub fn entry_size(key_len: usize, value_len: usize) -> usize {
+    (ENTRY_HEADER + key_len + value_len + 7) & !7
+}
+
+/// The fixed shape of a cache file, derived from the requested size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Geometry {
+    pub shard_count: usize,
+    pub shard_size: usize,
+    pub slots_per_shard: usize,
+    pub seed: u64,
+}
+
+impl Geometry {
+    /// Choose a geometry for a file of about `size` bytes with `shards`
+    /// shards (0: choose so that shards are about `TARGET_SHARD_SIZE`).
+    pub fn for_size(size: usize, shards: usize) -> Result<Geometry> {
+        if size < HEADER_SIZE + MIN_SHARD_SIZE {
+            return Err(Error::InvalidArgument(format!(
+                "size {size} is below the minimum of {} bytes",
+                HEADER_SIZE + MIN_SHARD_SIZE
+            )));
+        }
+        let body = size - HEADER_SIZE;
+        let shard_count = if shards == 0 {
+            (body / TARGET_SHARD_SIZE).clamp(1, 1024).next_power_of_two().min(
+                // keep every shard at least MIN_SHARD_SIZE
+                prev_power_of_two(body / MIN_SHARD_SIZE),
+            )
+        } else {
+            if !shards.is_power_of_two() || shards > MAX_SHARDS {
+                return Err(Error::InvalidArgument(format!(
+                    "shard count must be a power of two between 1 and {MAX_SHARDS}, got {shards}"
+                )));
+            }
+            shards
+        };
+        let shard_size = (body / shard_count) / PAGE * PAGE;
+        if shard_size < MIN_SHARD_SIZE {
+            return Err(Error::InvalidArgument(format!(
+                "size {size} split into {shard_count} shards gives shards of {shard_size} bytes, \
+                 below the minimum of {MIN_SHARD_SIZE}"
+            )));
+        }
+        if shard_size > MAX_SHARD_SIZE {
+            return Err(Error::InvalidArgument(format!(
+                "shards of {shard_size} bytes exceed the maximum of {MAX_SHARD_SIZE}; use more shards"
+            )));
+        }
+        // About one slot per 96 arena bytes, rounded up to a power of two.
+        let slots_per_shard = (shard_size / 96).next_power_of_two().max(64);
+        let g = Geometry {
+            shard_count,
+            shard_size,
+            slots_per_shard,
+            seed: DEFAULT_SEED,
+        };
+        g.validate()?;
+        Ok(g)
+    }
+
+    /// Total file size.
+    pub fn total_size(&self) -> usize {
+        HEADER_SIZE + self.shard_count * self.shard_size
+    }
+
+    /// Offset of the slot index inside a shard.
+    pub fn index_offset(&self) -> usize {
+        SHARD_HEADER_SIZE
+    }
+
+    /// Offset of the arena inside a shard.
+    pub fn arena_offset(&self) -> usize {
+        (SHARD_HEADER_SIZE + self.slots_per_shard * 8 + 63) & !63
+    }
+
+    /// Bytes of arena per shard.
+    pub fn arena_size(&self) -> usize {
+        self.shard_size - self.arena_offset()
+    }
+
+    /// The largest entry (header + key + value, padded) a set accepts.
+    /// Half the arena: compaction can always make room for it.
+    pub fn max_entry_size(&self) -> usize {
+        self.arena_size() / 2 & !7
+    }
+
+    /// Check that the geometry is self-consistent and within limits.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::Corrupt(m));
+        if self.shard_count == 0 || !self.shard_count.is_power_of_two() || self.shard_count > MAX_SHARDS {
+            return bad(format!("bad shard count {}", self.shard_count));
+        }
+        if self.shard_size < MIN_SHARD_SIZE || self.shard_size > MAX_SHARD_SIZE || self.shard_size % PAGE != 0 {
+            return bad(format!("bad shard size {}", self.shard_size));
+        }
+        if !self.slots_per_shard.is_power_of_two() || self.slots_per_shard < 64 {
+            return bad(format!("bad slot count {}", self.slots_per_shard));
+        }
+        let arena_off = self.arena_offset();
+        if arena_off >= self.shard_size || self.shard_size - arena_off < MIN_SHARD_SIZE / 2 {
+            return bad(format!(
+                "slot index of {} slots leaves no arena in shards of {} bytes",
+                self.slots_per_shard, self.shard_size
+            ));
+        }
+        // Entry offsets are stored as u32 multiples of 8 (+1).
+        if self.arena_size() / 8 >= (u32::MAX - 1) as usize {
+            return bad("arena too large for 32-bit slot offsets".into());
+        }
+        self.shard_count
+            .checked_mul(self.shard_size)
+            .and_then(|b| b.checked_add(HEADER_SIZE))
+            .map(|_| ())
+            .ok_or_else(|| Error::Corrupt("file size overflows".into()))
+    }
+
+    /// Serialise the immutable header fields into `buf` (HEADER_SIZE bytes).
+    pub fn write_header(&self, buf: &mut [u8], created_ms: u64) {
+        buf[..HEADER_SIZE].fill(0);
+        buf[fh::MAGIC..fh::MAGIC + 8].copy_from_slice(&MAGIC);
+        put_u32(buf, fh::VERSION, LAYOUT_VERSION);
+        put_u32(buf, fh::HASH_ID, HASH_XXH3_64);
+        put_u64(buf, fh::SEED, self.seed);
+        put_u32(buf, fh::SHARD_COUNT, self.shard_count as u32);
+        put_u32(buf, fh::HEADER_SIZE, HEADER_SIZE as u32);
+        put_u64(buf, fh::SHARD_SIZE, self.shard_size as u64);
+        put_u64(buf, fh::SLOTS, self.slots_per_shard as u64);
+        put_u64(buf, fh::TOTAL_SIZE, self.total_size() as u64);
+        put_u64(buf, fh::CREATED_MS, created_ms);
+        let sum = xxhash_rust::xxh3::xxh3_64(&buf[..fh::FIXED_END]);
+        put_u64(buf, fh::CHECKSUM, sum);
+    }
+
+    /// Parse and validate a file header read from a file of `file_len` bytes.
+    pub fn read_header(buf: &[u8], file_len: u64) -> Result<Geometry> {
+        if buf.len() < HEADER_SIZE || file_len < HEADER_SIZE as u64 {
+            return Err(Error::Corrupt(format!(
+                "file of {file_len} bytes is too short for a nearcache header"
+            )));
+        }
+        if buf[fh::MAGIC..fh::MAGIC + 8] != MAGIC {
+            return Err(Error::Corrupt("not a nearcache file (bad magic)".into()));
+        }
+        let version = get_u32(buf, fh::VERSION);
+        if version != LAYOUT_VERSION {
+            return Err(Error::Incompatible(format!(
+                "layout version {version}, this build reads version {LAYOUT_VERSION}"
+            )));
+        }
+        let sum = xxhash_rust::xxh3::xxh3_64(&buf[..fh::FIXED_END]);
+        if sum != get_u64(buf, fh::CHECKSUM) {
+            return Err(Error::Corrupt("header checksum mismatch".into()));
+        }
+        let hash_id = get_u32(buf, fh::HASH_ID);
+        if hash_id != HASH_XXH3_64 {
+            return Err(Error::Incompatible(format!("unknown hash algorithm {hash_id}")));
+        }
+        if get_u32(buf, fh::HEADER_SIZE) as usize != HEADER_SIZE {
+            return Err(Error::Incompatible("unexpected header size".into()));
+        }
+        let g = Geometry {
+            shard_count: get_u32(buf, fh::SHARD_COUNT) as usize,
+            shard_size: usize::try_from(get_u64(buf, fh::SHARD_SIZE))
+                .map_err(|_| Error::Corrupt("shard size overflows".into()))?,
+            slots_per_shard: usize::try_from(get_u64(buf, fh::SLOTS))
+                .map_err(|_| Error::Corrupt("slot count overflows".into()))?,
+            seed: get_u64(buf, fh::SEED),
+        };
+        g.validate()?;
+        if get_u64(buf, fh::TOTAL_SIZE) != g.total_size() as u64 {
+            return Err(Error::Corrupt("total size field disagrees with the geometry".into()));
+        }
+        if file_len != g.total_size() as u64 {
+            return Err(Error::Corrupt(format!(
+                "file is {file_len} bytes but its header describes {} bytes \
+                 (truncated or extended by another program?)",
+                g.total_size()
+            )));
+        }
+        Ok(g)
+    }
+}
+
+fn prev_power_of_two(n: usize) -> usize {
+    if n == 0 {
+        1
+    } else {
+        1 << (usize::BITS - 1 - n.leading_zeros())
+    }
+}
+
+pub(crate) fn put_u32(buf: &mut [u8], off: usize, v: u32) {
+    buf[off..off + 4].copy_from_slice(&v.to_ne_bytes());
+}
+pub(crate) fn put_u64(buf: &mut [u8], off: usize, v: u64) {
+    buf[off..off + 8].copy_from_slice(&v.to_ne_bytes());
+}
+pub(crate) fn get_u32(buf: &[u8], off: usize) -> u32 {
+    u32::from_ne_bytes(buf[off..off + 4].try_into().expect("4 bytes"))
+}
+pub(crate) fn get_u64(buf: &[u8], off: usize) -> u64 {
+    u64::from_ne_bytes(buf[off..off + 8].try_into().expect("8 bytes"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn geometry_defaults() {
+        let g = Geometry::for_size(64 << 20, 0).unwrap();
+        assert_eq!(g.shard_count, 32);
+        assert!(g.total_size() <= 64 << 20);
+        assert!(g.max_entry_size() > 512 * 1024);
+        let tiny = Geometry::for_size(HEADER_SIZE + MIN_SHARD_SIZE, 0).unwrap();
+        assert_eq!(tiny.shard_count, 1);
+    }
+
+    #[test]
+    fn geometry_rejects_bad_requests() {
+        assert!(Geometry::for_size(100, 0).is_err());
+        assert!(Geometry::for_size(1 << 20, 3).is_err());
+        assert!(Geometry::for_size(1 << 20, 1 << 20).is_err());
+        assert!(Geometry::for_size(1 << 20, 1024).is_err());
+    }
+
+    #[test]
+    fn header_round_trip_and_corruption() {
+        let g = Geometry::for_size(8 << 20, 4).unwrap();
+        let mut buf = vec![0u8; HEADER_SIZE];
+        g.write_header(&mut buf, 123);
+        assert_eq!(Geometry::read_header(&buf, g.total_size() as u64).unwrap(), g);
+        assert!(Geometry::read_header(&buf, g.total_size() as u64 - 1).is_err());
+        for i in 0..fh::CHECKSUM + 8 {
+            let mut b = buf.clone();
+            b[i] ^= 0x40;
+            assert!(Geometry::read_header(&b, g.total_size() as u64).is_err(), "byte {i}");
+        }
+    }
+}

@@ -1,0 +1,703 @@
+//! `nearcache._native`: PyO3 glue over `nearcache-core`.
+//!
+//! This crate only converts and forwards: Python keys (`bytes`/`str`) and
+//! values to byte slices, engine results to Python objects, engine errors
+//! to the exception hierarchy below. Policy (serializers, TTL defaults
+//! beyond a plain number, stampede protection, tiering) lives in Python.
+//!
+//! Calls do not release the GIL: they take well under a microsecond, and
+//! releasing would cost more than it saves. Under a shard lock only
+//! objects that cannot trigger the garbage collector (`bytes`) are
+//! created, so no Python code can run while a shard is locked.
+
+use nearcache_core::{Cache, EntryRef, Error as CoreError, OpenOptions, FLAG_INT};
+use pyo3::exceptions::{PyKeyError, PyOverflowError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBool, PyBytes, PyByteArray, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple, PyType};
+
+const FLAG_BYTES: u32 = 0;
+const FLAG_STR: u32 = 1;
+const FLAG_FLOAT: u32 = 3;
+const FLAG_BOOL: u32 = 4;
+const FLAG_NONE: u32 = 5;
+const FLAG_USER: u32 = 16;
+
+// ---------------------------------------------------------------- errors
+
+macro_rules! exceptions {
+    ($( $static:ident = $name:literal ($($base:expr),*) : $doc:literal ;)*) => {
+        $( static $static: PyOnceLock<Py<PyType>> = PyOnceLock::new(); )*
+
+        fn register_exceptions(m: &Bound<'_, PyModule>) -> PyResult<()> {
+            let py = m.py();
+            let builtins = py.import("builtins")?;
+            let type_ = builtins.getattr("type")?;
+            $(
+                let bases = PyTuple::new(py, [$( $base(py, &builtins)? ),*])?;
+                let ns = PyDict::new(py);
+                ns.set_item("__doc__", $doc)?;
+                ns.set_item("__module__", "nearcache")?;
+                let t = type_.call1(($name, bases, ns))?.cast_into::<PyType>()?;
+                m.add($name, &t)?;
+                let _ = $static.set(py, t.unbind());
+            )*
+            Ok(())
+        }
+    };
+}
+
+fn builtin<'py>(name: &'static str) -> impl Fn(Python<'py>, &Bound<'py, PyModule>) -> PyResult<Bound<'py, PyAny>> {
+    move |_py, b| b.getattr(name)
+}
+
+fn ours<'py>(cell: &'static PyOnceLock<Py<PyType>>) -> impl Fn(Python<'py>, &Bound<'py, PyModule>) -> PyResult<Bound<'py, PyAny>> {
+    move |py, _b| Ok(cell.get(py).expect("registered in order").bind(py).clone().into_any())
+}
+
+exceptions! {
+    ERROR = "Error" (builtin("Exception")) : "Base class of every error nearcache raises.";
+    CLOSED = "CacheClosedError" (ours(&ERROR)) : "The cache was closed; no further operation is possible.";
+    TOO_LARGE = "ValueTooLargeError" (ours(&ERROR), builtin("ValueError")) : "The entry does not fit in a shard; the cache is left unchanged.";
+    BAD_KEY = "InvalidKeyError" (ours(&ERROR), builtin("ValueError")) : "The key is empty or longer than the cache accepts.";
+    INVALID = "InvalidArgumentError" (ours(&ERROR), builtin("ValueError")) : "An argument is outside its documented range.";
+    INCOMPATIBLE = "IncompatibleFileError" (ours(&ERROR)) : "The file exists but was created with other parameters or layout.";
+    CORRUPT = "CorruptFileError" (ours(&ERROR)) : "The file is not a nearcache file or fails its consistency checks.";
+    PERMISSION = "PermissionDeniedError" (ours(&ERROR), builtin("PermissionError")) : "The file or directory is unsafe to open (foreign owner, symlink, mode).";
+    FULL = "CacheFullError" (ours(&ERROR), builtin("OSError")) : "The file system holding the cache has no room for it.";
+    OS = "CacheOSError" (ours(&ERROR), builtin("OSError")) : "An operating-system call on the cache file failed.";
+    NOT_COUNTER = "NotACounterError" (ours(&ERROR), builtin("TypeError")) : "incr/decr on an entry that does not hold a 64-bit integer.";
+    OVERFLOW = "CounterOverflowError" (ours(&ERROR), builtin("OverflowError")) : "incr/decr would overflow a signed 64-bit counter; the value is unchanged.";
+}
+
+fn raise(py: Python<'_>, cell: &'static PyOnceLock<Py<PyType>>, msg: String) -> PyErr {
+    PyErr::from_type(cell.get(py).expect("module initialised").bind(py).clone(), msg)
+}
+
+fn to_py(py: Python<'_>, e: CoreError) -> PyErr {
+    let msg = e.to_string();
+    match e {
+        CoreError::Closed => raise(py, &CLOSED, msg),
+        CoreError::BadKey { .. } => raise(py, &BAD_KEY, msg),
+        CoreError::ValueTooLarge { .. } => raise(py, &TOO_LARGE, msg),
+        CoreError::Incompatible(_) => raise(py, &INCOMPATIBLE, msg),
+        CoreError::Corrupt(_) => raise(py, &CORRUPT, msg),
+        CoreError::Permission(_) => raise(py, &PERMISSION, msg),
+        CoreError::Full(_) => raise(py, &FULL, msg),
+        CoreError::NotACounter => raise(py, &NOT_COUNTER, msg),
+        CoreError::NotFound => PyKeyError::new_err(msg),
+        CoreError::Overflow => raise(py, &OVERFLOW, msg),
+        CoreError::InvalidArgument(_) => raise(py, &INVALID, msg),
+        CoreError::Io { .. } => raise(py, &OS, msg),
+    }
+}
+
+trait OrPy<T> {
+    fn or_py(self, py: Python<'_>) -> PyResult<T>;
+}
+
+impl<T> OrPy<T> for Result<T, CoreError> {
+    #[inline]
+    fn or_py(self, py: Python<'_>) -> PyResult<T> {
+        self.map_err(|e| to_py(py, e))
+    }
+}
+
+// ---------------------------------------------------------------- keys/values
+
+/// Run `f` with the full key bytes (prefix + key) of a bytes or str key.
+#[inline]
+fn with_key<R>(prefix: &[u8], key: &Bound<'_, PyAny>, f: impl FnOnce(&[u8]) -> PyResult<R>) -> PyResult<R> {
+    let raw: &[u8] = if let Ok(b) = key.cast_exact::<PyBytes>() {
+        b.as_bytes()
+    } else if let Ok(s) = key.cast::<PyString>() {
+        s.to_str()?.as_bytes()
+    } else if let Ok(b) = key.cast::<PyBytes>() {
+        b.as_bytes()
+    } else {
+        return Err(PyTypeError::new_err(format!(
+            "cache keys must be bytes or str, not {}",
+            key.get_type().name()?
+        )));
+    };
+    if prefix.is_empty() {
+        f(raw)
+    } else {
+        let mut buf = Vec::with_capacity(prefix.len() + raw.len());
+        buf.extend_from_slice(prefix);
+        buf.extend_from_slice(raw);
+        f(&buf)
+    }
+}
+
+fn collect_keys(prefix: &[u8], keys: &Bound<'_, PyAny>) -> PyResult<Vec<Vec<u8>>> {
+    let mut out = Vec::new();
+    for k in keys.try_iter()? {
+        let k = k?;
+        out.push(with_key(prefix, &k, |b| Ok(b.to_vec()))?);
+    }
+    Ok(out)
+}
+
+/// Borrow the bytes of a bytes/bytearray value.
+fn with_value<R>(value: &Bound<'_, PyAny>, f: impl FnOnce(&[u8]) -> PyResult<R>) -> PyResult<R> {
+    if let Ok(b) = value.cast::<PyBytes>() {
+        f(b.as_bytes())
+    } else if let Ok(b) = value.cast::<PyByteArray>() {
+        f(&b.to_vec())
+    } else {
+        Err(PyTypeError::new_err(format!(
+            "values must be bytes or bytearray here, not {}",
+            value.get_type().name()?
+        )))
+    }
+}
+
+/// Encode a native Python value as (payload, flag). Exact types only, so a
+/// subclass (an IntEnum, a str subclass) is left to the serializer.
+fn encode_native(value: &Bound<'_, PyAny>) -> PyResult<(Vec<u8>, u32)> {
+    if let Ok(b) = value.cast_exact::<PyBytes>() {
+        Ok((b.as_bytes().to_vec(), FLAG_BYTES))
+    } else if let Ok(s) = value.cast_exact::<PyString>() {
+        Ok((s.to_str()?.as_bytes().to_vec(), FLAG_STR))
+    } else if value.is_exact_instance_of::<PyBool>() {
+        Ok((vec![value.is_truthy()? as u8], FLAG_BOOL))
+    } else if value.is_exact_instance_of::<PyInt>() {
+        let v: i64 = value.extract().map_err(|_| {
+            PyOverflowError::new_err("int outside the signed 64-bit range (serialize it instead)")
+        })?;
+        Ok((v.to_le_bytes().to_vec(), FLAG_INT))
+    } else if value.is_exact_instance_of::<PyFloat>() {
+        let v: f64 = value.extract()?;
+        Ok((v.to_le_bytes().to_vec(), FLAG_FLOAT))
+    } else if value.is_none() {
+        Ok((Vec::new(), FLAG_NONE))
+    } else {
+        Err(PyTypeError::new_err(format!(
+            "{} is not a natively stored type (bytes, str, int, float, bool, None)",
+            value.get_type().name()?
+        )))
+    }
+}
+
+/// What a typed read copied out under the lock.
+enum Fetched<'py> {
+    Bytes(Bound<'py, PyBytes>),
+    Small(u32, usize, [u8; 16]),
+    Text(Vec<u8>),
+    Other(u32, Bound<'py, PyBytes>),
+}
+
+/// Copy an entry out under the lock, creating only `bytes` objects there.
+fn fetch<'py>(py: Python<'py>, e: EntryRef<'_>) -> PyResult<Fetched<'py>> {
+    let flags = e.flags();
+    let n = e.len();
+    match flags {
+        FLAG_BYTES => Ok(Fetched::Bytes(PyBytes::new_with(py, n, |buf| {
+            e.copy_to(buf);
+            Ok(())
+        })?)),
+        FLAG_STR => Ok(Fetched::Text(e.to_vec())),
+        FLAG_INT | FLAG_FLOAT | FLAG_BOOL | FLAG_NONE if n <= 16 => {
+            let mut buf = [0u8; 16];
+            e.copy_to(&mut buf[..n]);
+            Ok(Fetched::Small(flags, n, buf))
+        }
+        _ => Ok(Fetched::Other(
+            flags,
+            PyBytes::new_with(py, n, |buf| {
+                e.copy_to(buf);
+                Ok(())
+            })?,
+        )),
+    }
+}
+
+/// Turn fetched data into the Python value; `None` if a native payload is
+/// malformed (treated as a miss: never hand out a wrong value).
+fn decode<'py>(py: Python<'py>, f: Fetched<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+    Ok(Some(match f {
+        Fetched::Bytes(b) => b.into_any(),
+        Fetched::Text(v) => match std::str::from_utf8(&v) {
+            Ok(s) => PyString::new(py, s).into_any(),
+            Err(_) => return Ok(None),
+        },
+        Fetched::Small(FLAG_INT, 8, b) => {
+            i64::from_le_bytes(b[..8].try_into().expect("8")).into_pyobject(py)?.into_any()
+        }
+        Fetched::Small(FLAG_FLOAT, 8, b) => PyFloat::new(py, f64::from_le_bytes(b[..8].try_into().expect("8"))).into_any(),
+        Fetched::Small(FLAG_BOOL, 1, b) if b[0] <= 1 => PyBool::new(py, b[0] == 1).to_owned().into_any(),
+        Fetched::Small(FLAG_NONE, 0, _) => py.None().into_bound(py),
+        Fetched::Small(..) => return Ok(None),
+        Fetched::Other(flags, b) => PyTuple::new(py, [flags.into_pyobject(py)?.into_any(), b.into_any()])?.into_any(),
+    }))
+}
+
+fn ttl_arg(ttl_ms: Option<i64>, default: u64) -> PyResult<u64> {
+    match ttl_ms {
+        None => Ok(default),
+        Some(t) if t >= 0 => Ok(t as u64),
+        Some(t) => Err(PyValueError::new_err(format!("ttl_ms must be >= 0 or None, got {t}"))),
+    }
+}
+
+// ---------------------------------------------------------------- class
+
+static MISSING: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+
+fn missing(py: Python<'_>) -> Bound<'_, PyAny> {
+    MISSING.get(py).expect("module initialised").bind(py).clone()
+}
+
+/// One shared-memory cache file, mapped into this process.
+#[pyclass(frozen, module = "nearcache._native")]
+struct NativeCache {
+    inner: Cache,
+    prefix: Vec<u8>,
+    default_ttl_ms: u64,
+}
+
+impl NativeCache {
+    fn typed_result<'py>(
+        &self,
+        py: Python<'py>,
+        got: Option<PyResult<Fetched<'py>>>,
+        default: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let dflt = || default.clone().unwrap_or_else(|| py.None().into_bound(py));
+        match got {
+            Some(f) => Ok(decode(py, f?)?.unwrap_or_else(dflt)),
+            None => Ok(dflt()),
+        }
+    }
+
+    fn store(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        value: &[u8],
+        flags: u32,
+        ttl: u64,
+        mode: u8,
+    ) -> PyResult<bool> {
+        with_key(&self.prefix, key, |k| {
+            match mode {
+                0 => self.inner.set(k, value, flags, ttl).map(|_| true),
+                1 => self.inner.add(k, value, flags, ttl),
+                _ => self.inner.replace(k, value, flags, ttl),
+            }
+            .or_py(py)
+        })
+    }
+}
+
+#[pymethods]
+impl NativeCache {
+    #[new]
+    #[pyo3(signature = (path, size, shards=0, *, default_ttl_ms=0, prefix=Vec::new(), recreate=false, allow_foreign_owner=false, create=true))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        path: std::path::PathBuf,
+        size: i64,
+        shards: i64,
+        default_ttl_ms: i64,
+        prefix: Vec<u8>,
+        recreate: bool,
+        allow_foreign_owner: bool,
+        create: bool,
+    ) -> PyResult<Self> {
+        if size < 0 {
+            return Err(raise(py, &INVALID, format!("size must be >= 0, got {size}")));
+        }
+        if !(0..=65536).contains(&shards) {
+            return Err(raise(py, &INVALID, format!("shards must be 0 (auto) or a power of two up to 65536, got {shards}")));
+        }
+        if default_ttl_ms < 0 {
+            return Err(raise(py, &INVALID, format!("default_ttl_ms must be >= 0, got {default_ttl_ms}")));
+        }
+        let opts = OpenOptions {
+            size: if size == 0 { None } else { Some(size as usize) },
+            shards: shards as usize,
+            create,
+            recreate,
+            allow_foreign_owner,
+        };
+        let inner = Cache::open(&path, &opts).or_py(py)?;
+        Ok(NativeCache {
+            inner,
+            prefix,
+            default_ttl_ms: default_ttl_ms as u64,
+        })
+    }
+
+    #[getter]
+    fn path(&self) -> String {
+        self.inner.path().to_string_lossy().into_owned()
+    }
+    #[getter]
+    fn capacity(&self) -> usize {
+        self.inner.capacity()
+    }
+    #[getter]
+    fn shard_count(&self) -> usize {
+        self.inner.shard_count()
+    }
+    #[getter]
+    fn max_entry_size(&self) -> usize {
+        self.inner.max_entry_size()
+    }
+    #[getter]
+    fn default_ttl_ms(&self) -> u64 {
+        self.default_ttl_ms
+    }
+    #[getter]
+    fn closed(&self) -> bool {
+        self.inner.is_closed()
+    }
+    #[getter]
+    fn prefix<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, &self.prefix)
+    }
+
+    // ---- raw bytes path
+
+    fn get<'py>(&self, py: Python<'py>, key: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        with_key(&self.prefix, key, |k| {
+            self.inner
+                .get_with(k, |e| {
+                    PyBytes::new_with(py, e.len(), |buf| {
+                        e.copy_to(buf);
+                        Ok(())
+                    })
+                })
+                .or_py(py)?
+                .transpose()
+        })
+    }
+
+    fn get_entry<'py>(&self, py: Python<'py>, key: &Bound<'py, PyAny>) -> PyResult<Option<(Bound<'py, PyBytes>, u32)>> {
+        with_key(&self.prefix, key, |k| {
+            let got = self
+                .inner
+                .get_with(k, |e| {
+                    let flags = e.flags();
+                    PyBytes::new_with(py, e.len(), |buf| {
+                        e.copy_to(buf);
+                        Ok(())
+                    })
+                    .map(|b| (b, flags))
+                })
+                .or_py(py)?;
+            got.transpose()
+        })
+    }
+
+    #[pyo3(signature = (key, value, ttl_ms=None, flags=0))]
+    fn set(&self, py: Python<'_>, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>, ttl_ms: Option<i64>, flags: u32) -> PyResult<()> {
+        let ttl = ttl_arg(ttl_ms, self.default_ttl_ms)?;
+        with_value(value, |v| self.store(py, key, v, flags, ttl, 0)).map(|_| ())
+    }
+
+    #[pyo3(signature = (key, value, ttl_ms=None, flags=0))]
+    fn add(&self, py: Python<'_>, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>, ttl_ms: Option<i64>, flags: u32) -> PyResult<bool> {
+        let ttl = ttl_arg(ttl_ms, self.default_ttl_ms)?;
+        with_value(value, |v| self.store(py, key, v, flags, ttl, 1))
+    }
+
+    #[pyo3(signature = (key, value, ttl_ms=None, flags=0))]
+    fn replace(&self, py: Python<'_>, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>, ttl_ms: Option<i64>, flags: u32) -> PyResult<bool> {
+        let ttl = ttl_arg(ttl_ms, self.default_ttl_ms)?;
+        with_value(value, |v| self.store(py, key, v, flags, ttl, 2))
+    }
+
+    fn pop<'py>(&self, py: Python<'py>, key: &Bound<'py, PyAny>) -> PyResult<Option<(Bound<'py, PyBytes>, u32)>> {
+        with_key(&self.prefix, key, |k| {
+            self.inner
+                .pop_with(k, |e| {
+                    let flags = e.flags();
+                    PyBytes::new_with(py, e.len(), |buf| {
+                        e.copy_to(buf);
+                        Ok(())
+                    })
+                    .map(|b| (b, flags))
+                })
+                .or_py(py)?
+                .transpose()
+        })
+    }
+
+    // ---- typed path
+
+    #[pyo3(signature = (key, default=None))]
+    fn get_typed<'py>(&self, py: Python<'py>, key: &Bound<'py, PyAny>, default: Option<Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyAny>> {
+        let got = with_key(&self.prefix, key, |k| self.inner.get_with(k, |e| fetch(py, e)).or_py(py))?;
+        self.typed_result(py, got, default)
+    }
+
+    #[pyo3(signature = (key, value, ttl_ms=None))]
+    fn set_typed(&self, py: Python<'_>, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>, ttl_ms: Option<i64>) -> PyResult<()> {
+        let ttl = ttl_arg(ttl_ms, self.default_ttl_ms)?;
+        if let Ok(b) = value.cast_exact::<PyBytes>() {
+            // Fast path: no intermediate copy.
+            return self.store(py, key, b.as_bytes(), FLAG_BYTES, ttl, 0).map(|_| ());
+        }
+        let (payload, flags) = encode_native(value)?;
+        self.store(py, key, &payload, flags, ttl, 0).map(|_| ())
+    }
+
+    #[pyo3(signature = (key, value, ttl_ms=None))]
+    fn add_typed(&self, py: Python<'_>, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>, ttl_ms: Option<i64>) -> PyResult<bool> {
+        let ttl = ttl_arg(ttl_ms, self.default_ttl_ms)?;
+        let (payload, flags) = encode_native(value)?;
+        self.store(py, key, &payload, flags, ttl, 1)
+    }
+
+    #[pyo3(signature = (key, default=None))]
+    fn pop_typed<'py>(&self, py: Python<'py>, key: &Bound<'py, PyAny>, default: Option<Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyAny>> {
+        let got = with_key(&self.prefix, key, |k| self.inner.pop_with(k, |e| fetch(py, e)).or_py(py))?;
+        self.typed_result(py, got, default)
+    }
+
+    // ---- the rest
+
+    fn delete(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+        with_key(&self.prefix, key, |k| self.inner.delete(k).or_py(py))
+    }
+
+    #[pyo3(signature = (key, ttl_ms=None))]
+    fn touch(&self, py: Python<'_>, key: &Bound<'_, PyAny>, ttl_ms: Option<i64>) -> PyResult<bool> {
+        let ttl = ttl_arg(ttl_ms, self.default_ttl_ms)?;
+        with_key(&self.prefix, key, |k| self.inner.touch(k, ttl).or_py(py))
+    }
+
+    fn expire_at_ms(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Option<u64>> {
+        with_key(&self.prefix, key, |k| self.inner.expires_at(k).or_py(py))
+    }
+
+    fn ttl_ms(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Option<u64>> {
+        let exp = self.expire_at_ms(py, key)?;
+        Ok(exp.map(|e| if e == 0 { 0 } else { e.saturating_sub(nearcache_core::now_ms()).max(1) }))
+    }
+
+    #[pyo3(signature = (key, delta=1, initial=Some(0), ttl_ms=None))]
+    fn incr(&self, py: Python<'_>, key: &Bound<'_, PyAny>, delta: i128, initial: Option<i128>, ttl_ms: Option<i64>) -> PyResult<i64> {
+        let ttl = ttl_arg(ttl_ms, self.default_ttl_ms)?;
+        let narrow = |v: i128| {
+            i64::try_from(v).map_err(|_| raise(py, &OVERFLOW, format!("{v} is outside the signed 64-bit range")))
+        };
+        let delta = narrow(delta)?;
+        let initial = initial.map(narrow).transpose()?;
+        with_key(&self.prefix, key, |k| self.inner.incr(k, delta, initial, ttl).or_py(py))
+    }
+
+    fn contains(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+        with_key(&self.prefix, key, |k| self.inner.contains(k).or_py(py))
+    }
+
+    fn __contains__(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+        self.contains(py, key)
+    }
+
+    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
+        if self.prefix.is_empty() {
+            self.inner.len().or_py(py)
+        } else {
+            let mut n = 0;
+            self.inner.for_each_key(|k, _| n += k.starts_with(&self.prefix) as usize).or_py(py)?;
+            Ok(n)
+        }
+    }
+
+    fn get_many<'py>(&self, py: Python<'py>, keys: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
+        let keys = collect_keys(&self.prefix, keys)?;
+        let mut out: Vec<Option<PyResult<(Bound<'py, PyBytes>, u32)>>> = (0..keys.len()).map(|_| None).collect();
+        self.inner
+            .get_many_with(&keys, |i, e| {
+                let flags = e.flags();
+                out[i] = Some(
+                    PyBytes::new_with(py, e.len(), |buf| {
+                        e.copy_to(buf);
+                        Ok(())
+                    })
+                    .map(|b| (b, flags)),
+                );
+            })
+            .or_py(py)?;
+        let items: Vec<Bound<'py, PyAny>> = out
+            .into_iter()
+            .map(|o| match o {
+                Some(r) => r.and_then(|t| Ok(t.into_pyobject(py)?.into_any())),
+                None => Ok(py.None().into_bound(py)),
+            })
+            .collect::<PyResult<_>>()?;
+        PyList::new(py, items)
+    }
+
+    fn get_many_typed<'py>(&self, py: Python<'py>, keys: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
+        let keys = collect_keys(&self.prefix, keys)?;
+        let mut out: Vec<Option<PyResult<Fetched<'py>>>> = (0..keys.len()).map(|_| None).collect();
+        self.inner.get_many_with(&keys, |i, e| out[i] = Some(fetch(py, e))).or_py(py)?;
+        let items: Vec<Bound<'py, PyAny>> = out
+            .into_iter()
+            .map(|o| match o {
+                Some(f) => Ok(decode(py, f?)?.unwrap_or_else(|| missing(py))),
+                None => Ok(missing(py)),
+            })
+            .collect::<PyResult<_>>()?;
+        PyList::new(py, items)
+    }
+
+    #[pyo3(signature = (items, ttl_ms=None))]
+    fn set_many(&self, py: Python<'_>, items: &Bound<'_, PyAny>, ttl_ms: Option<i64>) -> PyResult<()> {
+        let ttl = ttl_arg(ttl_ms, self.default_ttl_ms)?;
+        let mut triples: Vec<(Vec<u8>, Vec<u8>, u32)> = Vec::new();
+        for item in items.try_iter()? {
+            let item = item?;
+            let (k, v, f): (Bound<'_, PyAny>, Bound<'_, PyAny>, u32) = item.extract()?;
+            let key = with_key(&self.prefix, &k, |b| Ok(b.to_vec()))?;
+            let val = with_value(&v, |b| Ok(b.to_vec()))?;
+            triples.push((key, val, f));
+        }
+        self.inner.set_many(&triples, ttl).or_py(py)
+    }
+
+    fn delete_many(&self, py: Python<'_>, keys: &Bound<'_, PyAny>) -> PyResult<usize> {
+        let keys = collect_keys(&self.prefix, keys)?;
+        self.inner.delete_many(&keys).or_py(py)
+    }
+
+    /// Remove every entry (only this prefix's entries when a prefix is set).
+    fn clear(&self, py: Python<'_>) -> PyResult<()> {
+        if self.prefix.is_empty() {
+            return self.inner.clear().or_py(py);
+        }
+        let mut mine = Vec::new();
+        self.inner
+            .for_each_key(|k, _| {
+                if k.starts_with(&self.prefix) {
+                    mine.push(k.to_vec())
+                }
+            })
+            .or_py(py)?;
+        self.inner.delete_many(&mine).or_py(py).map(|_| ())
+    }
+
+    fn keys<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let mut out = Vec::new();
+        self.inner
+            .for_each_key(|k, _| {
+                if let Some(rest) = k.strip_prefix(self.prefix.as_slice()) {
+                    out.push(rest.to_vec())
+                }
+            })
+            .or_py(py)?;
+        PyList::new(py, out.iter().map(|k| PyBytes::new(py, k)))
+    }
+
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.inner.stats().or_py(py)?;
+        let d = PyDict::new(py);
+        for (k, v) in s.fields() {
+            d.set_item(k, v)?;
+        }
+        d.set_item("shards", self.inner.shard_count())?;
+        d.set_item("file_bytes", self.inner.capacity())?;
+        Ok(d)
+    }
+
+    fn shard_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let all = self.inner.shard_stats().or_py(py)?;
+        let list = PyList::empty(py);
+        for s in all {
+            let d = PyDict::new(py);
+            for (k, v) in s.fields() {
+                d.set_item(k, v)?;
+            }
+            list.append(d)?;
+        }
+        Ok(list)
+    }
+
+    fn check<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let r = self.inner.check().or_py(py)?;
+        let d = PyDict::new(py);
+        d.set_item("shards", r.shards)?;
+        d.set_item("entries", r.entries)?;
+        d.set_item("live_bytes", r.live_bytes)?;
+        Ok(d)
+    }
+
+    fn shard_of(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<usize> {
+        with_key(&self.prefix, key, |k| {
+            if self.inner.is_closed() {
+                return Err(to_py(py, CoreError::Closed));
+            }
+            Ok(self.inner.shard_index(k))
+        })
+    }
+
+    fn flush(&self, py: Python<'_>) -> PyResult<()> {
+        self.inner.flush().or_py(py)
+    }
+
+    fn close(&self) {
+        self.inner.close()
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, _exc: &Bound<'_, PyTuple>) {
+        self.inner.close()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "NativeCache(path={:?}, capacity={}, shards={}{})",
+            self.inner.path(),
+            self.inner.capacity(),
+            self.inner.shard_count(),
+            if self.inner.is_closed() { ", closed" } else { "" }
+        )
+    }
+
+    /// Test hook for crash-recovery tests: lock the key's shard, leave it
+    /// half-written and sleep `seconds` (the caller is expected to be
+    /// killed meanwhile). Releases the GIL while sleeping.
+    fn _debug_hold_shard_mid_write(&self, py: Python<'_>, key: &Bound<'_, PyAny>, seconds: f64) -> PyResult<()> {
+        let k = with_key(&self.prefix, key, |k| Ok(k.to_vec()))?;
+        let d = std::time::Duration::from_secs_f64(seconds.max(0.0));
+        py.detach(|| self.inner.debug_hold_shard_mid_write(&k, d)).or_py(py)
+    }
+}
+
+/// `/dev/shm/nearcache-<uid>`, created 0700 on first use.
+#[pyfunction]
+fn default_directory(py: Python<'_>) -> PyResult<String> {
+    Ok(nearcache_core::default_directory().or_py(py)?.to_string_lossy().into_owned())
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    register_exceptions(m)?;
+    let py = m.py();
+    let sentinel = py.import("builtins")?.getattr("object")?.call0()?;
+    m.add("MISSING", &sentinel)?;
+    let _ = MISSING.set(py, sentinel.unbind());
+    m.add_class::<NativeCache>()?;
+    m.add_function(wrap_pyfunction!(default_directory, m)?)?;
+    m.add("FLAG_BYTES", FLAG_BYTES)?;
+    m.add("FLAG_STR", FLAG_STR)?;
+    m.add("FLAG_INT", FLAG_INT)?;
+    m.add("FLAG_FLOAT", FLAG_FLOAT)?;
+    m.add("FLAG_BOOL", FLAG_BOOL)?;
+    m.add("FLAG_NONE", FLAG_NONE)?;
+    m.add("FLAG_USER", FLAG_USER)?;
+    m.add("LAYOUT_VERSION", nearcache_core::LAYOUT_VERSION)?;
+    m.add("MAX_KEY_LEN", nearcache_core::MAX_KEY_LEN)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

@@ -1,0 +1,198 @@
+"""Type stubs for ``nearcache._native``, the PyO3 glue over ``nearcache-core``.
+
+The native module converts and forwards; it holds no policy.  Keys are
+``bytes`` or ``str`` (UTF-8 encoded, so ``"a"`` and ``b"a"`` are the same
+key); the optional ``prefix`` given at open time is prepended to every key.
+TTLs are in milliseconds: ``None`` means "use the cache's default TTL",
+``0`` means "never expires".
+
+Every stored entry carries a 32-bit ``flags`` word.  The native typed calls
+(``get_typed``/``set_typed``) use these values; anything at or above
+``FLAG_USER`` belongs to the Python layer (serializers, compression, signing):
+
+===========  =====  ==============================================
+constant     value  payload
+===========  =====  ==============================================
+FLAG_BYTES   0      raw bytes
+FLAG_STR     1      UTF-8 text
+FLAG_INT     2      signed 64-bit integer, 8 bytes little-endian
+FLAG_FLOAT   3      IEEE-754 double, 8 bytes little-endian
+FLAG_BOOL    4      one byte, 0 or 1
+FLAG_NONE    5      empty
+FLAG_USER    16     first flag value the Python layer may use
+===========  =====  ==============================================
+"""
+
+from collections.abc import Iterable
+from typing import Final, TypeVar
+
+_D = TypeVar("_D")
+
+Key = bytes | str
+Native = bytes | str | int | float | bool | None
+
+FLAG_BYTES: Final[int]
+FLAG_STR: Final[int]
+FLAG_INT: Final[int]
+FLAG_FLOAT: Final[int]
+FLAG_BOOL: Final[int]
+FLAG_NONE: Final[int]
+FLAG_USER: Final[int]
+LAYOUT_VERSION: Final[int]
+MAX_KEY_LEN: Final[int]
+__version__: Final[str]
+
+class Error(Exception):
+    """Base class of every error nearcache raises."""
+
+class CacheClosedError(Error):
+    """The cache was closed; no further operation is possible."""
+
+class ValueTooLargeError(Error, ValueError):
+    """The entry does not fit in a shard; the cache is left unchanged."""
+
+class InvalidKeyError(Error, ValueError):
+    """The key is empty or longer than MAX_KEY_LEN bytes (prefix included)."""
+
+class InvalidArgumentError(Error, ValueError):
+    """An argument is outside its documented range (size, shards, TTL)."""
+
+class CacheOSError(Error, OSError):
+    """An operating-system call on the cache file failed."""
+
+class IncompatibleFileError(Error):
+    """The file exists but was created with other parameters or layout."""
+
+class CorruptFileError(Error):
+    """The file is not a nearcache file or fails its consistency checks."""
+
+class PermissionDeniedError(Error, PermissionError):
+    """The file or directory is unsafe to open (foreign owner, symlink, mode)."""
+
+class CacheFullError(Error):
+    """The file system holding the cache has no room for it."""
+
+class NotACounterError(Error, TypeError):
+    """incr/decr on an entry that does not hold a 64-bit integer."""
+
+class CounterOverflowError(Error, OverflowError):
+    """incr/decr would overflow a signed 64-bit counter; the value is unchanged."""
+
+class NativeCache:
+    """One shared-memory cache file, mapped into this process."""
+
+    def __init__(
+        self,
+        path: str,
+        size: int,
+        shards: int = 0,
+        *,
+        default_ttl_ms: int = 0,
+        prefix: bytes = b"",
+        recreate: bool = False,
+        allow_foreign_owner: bool = False,
+        create: bool = True,
+    ) -> None:
+        """Open ``path`` or create it with ``size`` bytes in ``shards`` shards.
+
+        ``shards=0`` picks a count from ``size``.  Reopening an existing file
+        with a different ``size`` or ``shards`` raises
+        :class:`IncompatibleFileError` unless ``recreate=True``, which
+        replaces the file.  ``size=0`` (with ``create=False``) opens an
+        existing file with whatever parameters it has.
+        """
+
+    @property
+    def path(self) -> str: ...
+    @property
+    def capacity(self) -> int:
+        """Total file size in bytes."""
+    @property
+    def shard_count(self) -> int: ...
+    @property
+    def max_entry_size(self) -> int:
+        """Largest key+value (plus a 32-byte header) one entry may use."""
+    @property
+    def default_ttl_ms(self) -> int: ...
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def prefix(self) -> bytes: ...
+
+    # Raw bytes path (flags are the caller's).
+    def get(self, key: Key) -> bytes | None: ...
+    def get_entry(self, key: Key) -> tuple[bytes, int] | None:
+        """Value and flags, or None on a miss."""
+    def set(self, key: Key, value: bytes, ttl_ms: int | None = None, flags: int = 0) -> None: ...
+    def add(self, key: Key, value: bytes, ttl_ms: int | None = None, flags: int = 0) -> bool: ...
+    def replace(
+        self, key: Key, value: bytes, ttl_ms: int | None = None, flags: int = 0
+    ) -> bool: ...
+    def pop(self, key: Key) -> tuple[bytes, int] | None: ...
+
+    # Typed path: native values encoded by flag; others come back as (flags, bytes).
+    def get_typed(self, key: Key, default: _D = ...) -> Native | tuple[int, bytes] | _D: ...
+    def set_typed(self, key: Key, value: Native, ttl_ms: int | None = None) -> None:
+        """Store a bytes/str/int (64-bit)/float/bool/None value with its flag.
+
+        Raises TypeError for other types and OverflowError for ints outside
+        the signed 64-bit range: the Python layer serializes those instead.
+        """
+    def add_typed(self, key: Key, value: Native, ttl_ms: int | None = None) -> bool: ...
+    def pop_typed(self, key: Key, default: _D = ...) -> Native | tuple[int, bytes] | _D: ...
+
+    def delete(self, key: Key) -> bool: ...
+    def touch(self, key: Key, ttl_ms: int | None = None) -> bool: ...
+    def ttl_ms(self, key: Key) -> int | None:
+        """Milliseconds left (0 = never expires), None on a miss."""
+    def expire_at_ms(self, key: Key) -> int | None:
+        """Absolute expiry in Unix milliseconds (0 = never), None on a miss."""
+    def incr(
+        self, key: Key, delta: int = 1, initial: int | None = 0, ttl_ms: int | None = None
+    ) -> int:
+        """Atomically add ``delta`` (may be negative) to a 64-bit counter.
+
+        A missing key is created as ``initial + delta`` (with ``ttl_ms``)
+        unless ``initial`` is None, in which case KeyError is raised. An
+        overflow raises CounterOverflowError and leaves the value as it was;
+        a non-counter value raises NotACounterError.
+        """
+    def contains(self, key: Key) -> bool: ...
+    def __contains__(self, key: Key) -> bool: ...
+    def __len__(self) -> int: ...
+
+    def get_many(self, keys: Iterable[Key]) -> list[tuple[bytes, int] | None]:
+        """(value, flags) per key, in order; None for a miss. One lock per shard."""
+    def get_many_typed(self, keys: Iterable[Key]) -> list[Native | tuple[int, bytes] | object]:
+        """Like get_typed per key, in order; a miss is the ``MISSING`` sentinel."""
+    def set_many(
+        self, items: Iterable[tuple[Key, bytes, int]], ttl_ms: int | None = None
+    ) -> None:
+        """Store (key, value, flags) triples, taking each shard's lock once."""
+    def delete_many(self, keys: Iterable[Key]) -> int: ...
+    def clear(self) -> None:
+        """Remove every entry (only this prefix's entries when a prefix is set)."""
+    def keys(self) -> list[bytes]:
+        """Snapshot of live keys (without the prefix)."""
+    def stats(self) -> dict[str, int]: ...
+    def shard_stats(self) -> list[dict[str, int]]: ...
+    def check(self) -> dict[str, int]:
+        """Walk every shard under its lock and verify every invariant.
+
+        Returns counts (shards, entries, live_bytes); raises CorruptFileError
+        describing the first violation (or a file resized by someone else).
+        """
+    def shard_of(self, key: Key) -> int:
+        """Index of the shard that holds ``key``."""
+    def _debug_hold_shard_mid_write(self, key: Key, seconds: float) -> None:
+        """Test hook: lock key's shard, leave it half-written, sleep (GIL released)."""
+    def flush(self) -> None:
+        """msync the mapping (for caches on a persistent file system)."""
+    def close(self) -> None: ...
+    def __enter__(self) -> NativeCache: ...
+    def __exit__(self, *exc: object) -> None: ...
+
+MISSING: Final[object]
+
+def default_directory() -> str:
+    """``/dev/shm/nearcache-<uid>`` (created 0700 on first use)."""
