@@ -322,7 +322,7 @@ impl<'a> ShardGuard<'a> {
 
     /// Read and check the entry at arena offset `off` (below `bump`).
     fn entry(&self, off: usize, bump: usize) -> Check<Entry> {
-        if off % 8 != 0 || off + ENTRY_HEADER > bump {
+        if off % 8 != 0 || off > bump || bump - off < ENTRY_HEADER {
             return Err(Corrupt("entry offset outside the used arena"));
         }
         let p = self.arena_ptr(off);
@@ -338,7 +338,7 @@ impl<'a> ShardGuard<'a> {
             )
         };
         let size = entry_size(key_len, val_len);
-        if key_len == 0 || key_len > MAX_KEY_LEN || off + size > bump {
+        if key_len == 0 || key_len > MAX_KEY_LEN || size > bump - off {
             return Err(Corrupt("entry length outside the used arena"));
         }
         Ok(Entry {
@@ -374,7 +374,7 @@ impl<'a> ShardGuard<'a> {
     }
 
     fn slot_entry_off(v: u64) -> usize {
-        (((v & 0xffff_ffff) - 1) * 8) as usize
+        ((v & 0xffff_ffff).wrapping_sub(1).wrapping_mul(8)) as usize
     }
 
     fn slot_value(hash: u64, off: usize) -> u64 {
