@@ -1,0 +1,94 @@
+"""nearcache: a multi-process shared-memory cache for one host.
+
+>>> from nearcache import Cache
+>>> cache = Cache("init-demo", size="1MiB")
+>>> cache.set("greeting", "hello", ttl=60)
+>>> cache.get("greeting")
+'hello'
+>>> cache.clear()
+
+See the user guide (``docs/guide.md``) for the whole API.
+"""
+
+from __future__ import annotations
+
+from nearcache import _native
+from nearcache.cache import DEFAULT_SIZE, Cache, SignedCache, default_directory
+from nearcache.errors import (
+    CacheClosedError,
+    CacheFullError,
+    CacheOSError,
+    ConfigurationError,
+    CorruptFileError,
+    CounterOverflowError,
+    Error,
+    IncompatibleFileError,
+    InvalidArgumentError,
+    InvalidKeyError,
+    KeyTooLargeError,
+    KeyTypeError,
+    LockError,
+    LockNotOwnedError,
+    LockTimeoutError,
+    NotACounterError,
+    PermissionDeniedError,
+    SerializationError,
+    ValueTooLargeError,
+)
+from nearcache.locks import Lock
+from nearcache.memoize import memoize
+from nearcache.serializers import (
+    Compressor,
+    JsonSerializer,
+    MsgpackSerializer,
+    PickleSerializer,
+    Serializer,
+    ValueCodec,
+    ZstdCompressor,
+)
+from nearcache.units import format_size, parse_duration, parse_size
+
+__version__ = "0.1.0"
+
+#: Version of the on-file layout the engine reads and writes.
+LAYOUT_VERSION: int = _native.LAYOUT_VERSION
+
+__all__ = [
+    "DEFAULT_SIZE",
+    "LAYOUT_VERSION",
+    "Cache",
+    "CacheClosedError",
+    "CacheFullError",
+    "CacheOSError",
+    "Compressor",
+    "ConfigurationError",
+    "CorruptFileError",
+    "CounterOverflowError",
+    "Error",
+    "IncompatibleFileError",
+    "InvalidArgumentError",
+    "InvalidKeyError",
+    "JsonSerializer",
+    "KeyTooLargeError",
+    "KeyTypeError",
+    "Lock",
+    "LockError",
+    "LockNotOwnedError",
+    "LockTimeoutError",
+    "MsgpackSerializer",
+    "NotACounterError",
+    "PermissionDeniedError",
+    "PickleSerializer",
+    "SerializationError",
+    "Serializer",
+    "SignedCache",
+    "ValueCodec",
+    "ValueTooLargeError",
+    "ZstdCompressor",
+    "__version__",
+    "default_directory",
+    "format_size",
+    "memoize",
+    "parse_duration",
+    "parse_size",
+]

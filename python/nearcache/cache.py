@@ -1,0 +1,830 @@
+"""The :class:`Cache` users hold: a shared-memory cache with a familiar API.
+
+A :class:`Cache` maps one cache file into the process; every process that
+opens the same file (by name or path) shares its entries.  It wraps the
+engine (``nearcache._native.NativeCache``) and adds the Python policy:
+
+* keys: ``str``, ``bytes`` and ``int``, encoded as documented in
+  :mod:`nearcache.keys` (never pickled);
+* values: ``bytes``, ``str``, ``int`` (64-bit), ``float``, ``bool`` and
+  ``None`` are stored natively by the engine, anything else through the
+  configured serializer, optionally compressed and signed; the flags layout
+  is documented in :mod:`nearcache.serializers`;
+* TTLs: see :func:`nearcache.units.ttl_to_ms`.  ``ttl=None`` means the
+  cache's default TTL (by default: never expires), ``0`` never expires, a
+  positive number of seconds (``float`` ok, millisecond resolution), a
+  ``timedelta`` or a string like ``"5m"`` expires after that long.
+  ``expire_at`` (a ``datetime`` or Unix seconds) is the alternative to
+  ``ttl``; a moment already past means "already expired": ``set`` and
+  ``replace`` then remove the key, ``add`` stores nothing and returns False.
+
+>>> cache = Cache("guide-demo", size="1MiB")
+>>> cache.set("user:1", {"name": "Ada"}, ttl=60)
+>>> cache.get("user:1")
+{'name': 'Ada'}
+>>> cache.get("missing", "fallback")
+'fallback'
+>>> cache.incr("visits"), cache.incr("visits", 10)
+(1, 11)
+>>> cache.clear(); cache.close()
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from datetime import timedelta
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Final, TypeVar, cast, overload
+
+from nearcache import _native
+from nearcache.errors import ConfigurationError
+from nearcache.keys import Key, decode_key, encode_key, encode_prefix, native_key
+from nearcache.serializers import (
+    Compressor,
+    EntryRejected,
+    Serializer,
+    SignatureError,
+    ValueCodec,
+)
+from nearcache.units import (
+    Duration,
+    ExpireAt,
+    Size,
+    expire_at_to_ms,
+    format_size,
+    parse_size,
+    ttl_to_ms,
+)
+
+if TYPE_CHECKING:
+    from nearcache.locks import Lock
+    from nearcache.memoize import MemoizeDecorator
+
+__all__ = ["DEFAULT_SIZE", "Cache", "SignedCache", "default_directory"]
+
+T = TypeVar("T")
+D = TypeVar("D")
+
+#: Size of a cache file created without an explicit ``size``.
+DEFAULT_SIZE: Final = 64 * 1024 * 1024
+#: Environment variable that overrides the default directory of named caches.
+DIRECTORY_ENV: Final = "NEARCACHE_DIR"
+
+_MISS: Final = object()
+_NATIVE_MISSING: Final = _native.MISSING
+_DIRECT_TYPES: Final = frozenset({bytes, str, int, float, bool, type(None)})
+_DIRECT_TYPES_COMPRESSED: Final = frozenset({int, float, bool, type(None)})
+
+
+def default_directory() -> str:
+    """The directory where caches opened by name live.
+
+    ``$NEARCACHE_DIR`` if set (created 0700 if missing), else the engine's
+    default, ``/dev/shm/nearcache-<uid>`` (a tmpfs: fast, survives process
+    restarts, not reboots).
+    """
+    override = os.environ.get(DIRECTORY_ENV)
+    if override:
+        os.makedirs(override, mode=0o700, exist_ok=True)
+        return override
+    return _native.default_directory()
+
+
+def _check_name(name: str) -> str:
+    if not isinstance(name, str):
+        raise ConfigurationError(f"cache name must be a str, not {type(name).__name__}")
+    if not name or name in (".", "..") or "/" in name or "\0" in name:
+        raise ConfigurationError(
+            f"invalid cache name {name!r}: use a plain file name, or path= for a full path"
+        )
+    return name
+
+
+def _ttl_ms(ttl: Duration | None, expire_at: ExpireAt | None) -> int | None:
+    """Engine TTL for (ttl, expire_at); -1 means "already expired"."""
+    if expire_at is None:
+        return ttl_to_ms(ttl)
+    if ttl is not None:
+        raise TypeError("pass either ttl or expire_at, not both")
+    ms = expire_at_to_ms(expire_at)
+    return ms if ms > 0 else -1
+
+
+class Cache:
+    """A shared-memory cache file, usable from many processes at once.
+
+    Open it by ``name`` (a file in :func:`default_directory`) or by ``path``
+    (a path on a disk file system persists across reboots).  Options:
+
+    ``size``
+        File size, an ``int`` or a string such as ``"64MiB"`` or ``"1G"``
+        (:func:`nearcache.units.parse_size`).  ``None`` (default) opens an
+        existing file with whatever size it has and otherwise creates one of
+        :data:`DEFAULT_SIZE` (64 MiB).  An explicit size that differs from
+        the existing file's raises :class:`~nearcache.IncompatibleFileError`
+        unless ``recreate=True``, which replaces the file (and its entries).
+    ``shards``
+        Number of independently locked shards; ``0`` lets the engine choose
+        from the size.  The largest entry is a fraction of a shard
+        (:attr:`max_entry_size`).
+    ``ttl``
+        Default TTL of entries set without one; ``None`` or ``0`` means they
+        never expire.
+    ``serializer``
+        ``"pickle"`` (default), ``"json"``, ``"msgpack"`` or a
+        :class:`~nearcache.serializers.Serializer`; used for values that are
+        not bytes/str/int/float/bool/None.  Only this serializer is ever used
+        to decode (a json cache never unpickles).
+    ``compress``, ``compress_threshold``
+        ``"zstd"`` compresses serialized bodies (and bytes/str values) of at
+        least ``compress_threshold`` bytes (default 1024) when it saves space.
+    ``signing_key``
+        ``bytes``/``str`` of at least 16 bytes: every value is signed with
+        HMAC-SHA256 and values that do not verify are misses (counted as
+        ``signature_failures`` in :meth:`stats`) and never deserialized.  The
+        cache is then a :class:`SignedCache`.
+    ``prefix``
+        A namespace prepended to every key, so several applications can share
+        one file: :meth:`keys`, :meth:`clear` and ``len()`` see only it.
+    ``recreate``, ``allow_foreign_owner``, ``create``
+        Passed to the engine: replace an incompatible file; accept a file
+        owned by another user (only with ``signing_key`` or a non-pickle
+        serializer, see the guide); fail instead of creating a missing file.
+
+    >>> with Cache("doc-cache", size="1MiB", ttl=300, prefix="app1:") as c:
+    ...     c["answer"] = 42
+    ...     (c["answer"], "answer" in c, c.get(b"answer"), 7 in c)
+    (42, True, 42, False)
+    """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Cache:
+        if cls is Cache and kwargs.get("signing_key") is not None:
+            cls = SignedCache
+        return object.__new__(cls)
+
+    def __init__(
+        self,
+        name: str | None = None,
+        *,
+        path: str | os.PathLike[str] | None = None,
+        size: Size | None = None,
+        shards: int = 0,
+        ttl: Duration | None = None,
+        serializer: str | Serializer = "pickle",
+        compress: str | Compressor | None = None,
+        compress_threshold: int | str = 1024,
+        signing_key: bytes | str | None = None,
+        prefix: str | bytes = "",
+        recreate: bool = False,
+        allow_foreign_owner: bool = False,
+        create: bool = True,
+    ) -> None:
+        if name is not None and path is not None:
+            raise ConfigurationError("pass a cache name or path=, not both")
+        if path is None:
+            name = _check_name("default" if name is None else name)
+            file_path = os.path.join(default_directory(), name)
+        else:
+            file_path = os.fspath(path)
+            if not isinstance(file_path, str) or not file_path:
+                raise ConfigurationError(f"invalid cache path {path!r}")
+            name = os.path.basename(file_path)
+        size_bytes = None if size is None else parse_size(size)
+        if isinstance(shards, bool) or not isinstance(shards, int) or shards < 0:
+            raise ConfigurationError(f"shards must be an int >= 0 (0 = automatic), got {shards!r}")
+        try:
+            default_ttl_ms = ttl_to_ms(ttl) or 0
+        except (TypeError, ValueError) as exc:
+            raise ConfigurationError(f"invalid default ttl: {exc}") from exc
+        prefix_bytes = encode_prefix(prefix)
+        self._codec = ValueCodec(
+            serializer,
+            compress=compress,
+            compress_threshold=compress_threshold,
+            signing_key=signing_key,
+        )
+        if self._codec.signed is not isinstance(self, SignedCache):
+            raise ConfigurationError("SignedCache needs a signing_key; Cache(...) picks the class")
+        self._name = name
+        self._prefix = prefix_bytes
+        self._options: dict[str, Any] = {
+            "path": file_path,
+            "shards": shards,
+            "ttl": ttl,
+            "serializer": serializer,
+            "compress": compress,
+            "compress_threshold": compress_threshold,
+            "signing_key": signing_key,
+            "prefix": prefix,
+            "allow_foreign_owner": allow_foreign_owner,
+        }
+        self._native = self._open(
+            file_path,
+            size_bytes,
+            shards,
+            default_ttl_ms=default_ttl_ms,
+            prefix=prefix_bytes,
+            recreate=recreate,
+            allow_foreign_owner=allow_foreign_owner,
+            create=create,
+        )
+        self.signature_failures = 0
+        self.decode_errors = 0
+        native = self._native
+        # Bound methods of the engine, looked up once: the hot paths below are
+        # a couple of Python operations around one native call.
+        # Typed as plain callables: int keys are passed on purpose and make the
+        # engine raise TypeError, which sends the call down the slow path.
+        self._get_typed: Callable[..., Any] = native.get_typed
+        self._set_typed: Callable[..., None] = native.set_typed
+        self._add_typed: Callable[..., bool] = native.add_typed
+        self._pop_typed: Callable[..., Any] = native.pop_typed
+        self._delete: Callable[..., bool] = native.delete
+        self._contains: Callable[..., bool] = native.contains
+        self._direct_types = (
+            _DIRECT_TYPES_COMPRESSED if self._codec.compressor is not None else _DIRECT_TYPES
+        )
+        if self._codec.signed:
+            self._direct_types = frozenset()
+
+    @staticmethod
+    def _open(path: str, size: int | None, shards: int, **options: Any) -> _native.NativeCache:
+        if size is not None:
+            return _native.NativeCache(path, size, shards, **options)
+        create = options.pop("create")
+        if create and not os.path.exists(path):
+            return _native.NativeCache(path, DEFAULT_SIZE, shards, create=True, **options)
+        return _native.NativeCache(path, 0, shards, create=False, **options)
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def name(self) -> str:
+        """The cache's name (the file name when opened by path)."""
+        return self._name
+
+    @property
+    def path(self) -> str:
+        """Path of the cache file."""
+        return self._native.path
+
+    @property
+    def capacity(self) -> int:
+        """Total size of the cache file in bytes."""
+        return self._native.capacity
+
+    @property
+    def shard_count(self) -> int:
+        """Number of shards."""
+        return self._native.shard_count
+
+    @property
+    def max_entry_size(self) -> int:
+        """Largest key + value (plus a 32-byte header) one entry may use."""
+        return self._native.max_entry_size
+
+    @property
+    def default_ttl(self) -> float | None:
+        """Default TTL in seconds, or None when entries never expire by default."""
+        ms = self._native.default_ttl_ms
+        return ms / 1000 if ms else None
+
+    @property
+    def prefix(self) -> bytes:
+        """The key namespace prefix (``b""`` for none)."""
+        return self._prefix
+
+    @property
+    def serializer(self) -> Serializer:
+        """The serializer used for non-native values."""
+        return self._codec.serializer
+
+    @property
+    def codec(self) -> ValueCodec:
+        """The value codec (serializer, compression, signing)."""
+        return self._codec
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._native.closed
+
+    @property
+    def native(self) -> _native.NativeCache:
+        """The engine object, for raw byte-level access (bypasses serializers)."""
+        return self._native
+
+    # ---------------------------------------------------------------------- reads
+
+    @overload
+    def get(self, key: Key) -> Any: ...
+    @overload
+    def get(self, key: Key, default: D) -> Any | D: ...
+    def get(self, key: Key, default: Any = None) -> Any:
+        """Return the value of ``key``, or ``default`` on a miss.
+
+        >>> c = Cache("doc-get", size="1MiB")
+        >>> c.set(1, b"int key"); c.set("1", "str key")
+        >>> c.get(1), c.get("1"), c.get(2, 0)
+        (b'int key', 'str key', 0)
+        >>> c.clear()
+        """
+        try:
+            value = self._get_typed(key, default)
+        except TypeError:
+            value = self._get_typed(native_key(key), default)
+        if value.__class__ is tuple and value is not default:
+            return self._decode(key, value, default)
+        return value
+
+    def _decode(self, key: Key, entry: tuple[int, bytes], default: Any) -> Any:
+        flags, payload = entry
+        try:
+            return self._codec.decode(flags, payload, b"")
+        except SignatureError:
+            self.signature_failures += 1
+        except EntryRejected:
+            self.decode_errors += 1
+        return default
+
+    def __getitem__(self, key: Key) -> Any:
+        """``cache[key]``: the value, or :class:`KeyError` on a miss."""
+        value = self.get(key, _MISS)
+        if value is _MISS:
+            raise KeyError(key)
+        return value
+
+    def __contains__(self, key: object) -> bool:
+        """Whether ``key`` is present and not expired.
+
+        In a :class:`SignedCache` this checks presence only; an entry that
+        fails verification is still a miss for :meth:`get`.
+        """
+        try:
+            return self._contains(key)
+        except TypeError:
+            return self._contains(native_key(key))
+
+    def get_many(self, keys: Iterable[Key]) -> dict[Key, Any]:
+        """Return ``{key: value}`` for the keys that hit (misses are left out).
+
+        Takes each shard's lock once.
+
+        >>> c = Cache("doc-many", size="1MiB")
+        >>> c.set_many({"a": 1, "b": [2]})
+        >>> c.get_many(["a", "b", "c"])
+        {'a': 1, 'b': [2]}
+        >>> c.delete_many(["a", "b", "c"])
+        2
+        """
+        keys = list(keys)
+        if not keys:
+            return {}
+        values = self._native.get_many_typed([native_key(k) for k in keys])
+        found: dict[Key, Any] = {}
+        for key, value in zip(keys, values, strict=True):
+            if value is _NATIVE_MISSING:
+                continue
+            if value.__class__ is tuple:
+                value = self._decode(key, value, _MISS)
+                if value is _MISS:
+                    continue
+            found[key] = value
+        return found
+
+    def ttl(self, key: Key) -> float | None:
+        """Seconds until ``key`` expires, ``math.inf`` if never, None on a miss.
+
+        >>> c = Cache("doc-ttl", size="1MiB")
+        >>> c.set("k", 1, ttl=30); c.set("forever", 1)
+        >>> 29 < c.ttl("k") <= 30, c.ttl("forever"), c.ttl("nope")
+        (True, inf, None)
+        >>> c.clear()
+        """
+        ms = self._native.ttl_ms(native_key(key))
+        if ms is None:
+            return None
+        return math.inf if ms == 0 else ms / 1000
+
+    def expire_time(self, key: Key) -> float | None:
+        """Unix time (seconds) when ``key`` expires, ``math.inf`` if never, None on a miss."""
+        ms = self._native.expire_at_ms(native_key(key))
+        if ms is None:
+            return None
+        return math.inf if ms == 0 else ms / 1000
+
+    # --------------------------------------------------------------------- writes
+
+    def set(
+        self,
+        key: Key,
+        value: Any,
+        ttl: Duration | None = None,
+        expire_at: ExpireAt | None = None,
+    ) -> None:
+        """Store ``value`` under ``key`` (replacing any previous value).
+
+        On error (a value too large, one the serializer cannot encode) the
+        previous value stays untouched.
+        """
+        if ttl is None and expire_at is None:
+            ttl_ms = None
+        else:
+            ttl_ms = _ttl_ms(ttl, expire_at)
+            if ttl_ms == -1:
+                self.delete(key)
+                return
+        if value.__class__ in self._direct_types:
+            try:
+                self._set_typed(key, value, ttl_ms)
+                return
+            except TypeError:
+                pass  # an int key: the engine takes str/bytes only
+            except OverflowError:
+                pass  # an int beyond 64 bits: serialize it
+        nkey = native_key(key)
+        flags, payload = self._codec.encode(value, self._signed_key(nkey))
+        self._native.set(nkey, payload, ttl_ms, flags)
+
+    def __setitem__(self, key: Key, value: Any) -> None:
+        """``cache[key] = value``: :meth:`set` with the default TTL."""
+        self.set(key, value)
+
+    def add(
+        self,
+        key: Key,
+        value: Any,
+        ttl: Duration | None = None,
+        expire_at: ExpireAt | None = None,
+    ) -> bool:
+        """Store ``value`` only if ``key`` is absent; return whether it was stored.
+
+        Atomic across processes: of several concurrent ``add`` calls on one
+        key, exactly one returns True.
+
+        >>> c = Cache("doc-add", size="1MiB")
+        >>> c.add("k", "first"), c.add("k", "second"), c["k"]
+        (True, False, 'first')
+        >>> c.clear()
+        """
+        ttl_ms = _ttl_ms(ttl, expire_at)
+        if ttl_ms == -1:
+            return False
+        if value.__class__ in self._direct_types:
+            try:
+                return self._add_typed(key, value, ttl_ms)
+            except (TypeError, OverflowError):
+                pass
+        nkey = native_key(key)
+        flags, payload = self._codec.encode(value, self._signed_key(nkey))
+        return self._native.add(nkey, payload, ttl_ms, flags)
+
+    def replace(
+        self,
+        key: Key,
+        value: Any,
+        ttl: Duration | None = None,
+        expire_at: ExpireAt | None = None,
+    ) -> bool:
+        """Store ``value`` only if ``key`` is present; return whether it was stored."""
+        ttl_ms = _ttl_ms(ttl, expire_at)
+        nkey = native_key(key)
+        if ttl_ms == -1:
+            return self._native.delete(nkey)
+        flags, payload = self._codec.encode(value, self._signed_key(nkey))
+        return self._native.replace(nkey, payload, ttl_ms, flags)
+
+    def set_many(
+        self,
+        mapping: Mapping[Key, Any] | Iterable[tuple[Key, Any]],
+        ttl: Duration | None = None,
+        expire_at: ExpireAt | None = None,
+    ) -> None:
+        """Store several values, taking each shard's lock once.
+
+        Every value is encoded before anything is written, so a value the
+        serializer rejects leaves the cache unchanged.
+        """
+        ttl_ms = _ttl_ms(ttl, expire_at)
+        pairs = mapping.items() if isinstance(mapping, Mapping) else mapping
+        if ttl_ms == -1:
+            self.delete_many([key for key, _ in pairs])
+            return
+        encode = self._codec.encode
+        signed_key = self._signed_key
+        items: list[tuple[bytes | str, bytes, int]] = []
+        for key, value in pairs:
+            nkey = native_key(key)
+            flags, payload = encode(value, signed_key(nkey))
+            items.append((nkey, payload, flags))
+        if items:
+            self._native.set_many(items, ttl_ms)
+
+    def get_or_set(
+        self,
+        key: Key,
+        factory: Callable[[], T],
+        ttl: Duration | None = None,
+        expire_at: ExpireAt | None = None,
+    ) -> T:
+        """Return the cached value, or call ``factory()``, store and return it.
+
+        If another process stores a value between the miss and the store,
+        that value wins and is returned (``add`` semantics).  For expensive
+        factories called from many processes, :meth:`memoize` adds stampede
+        protection.
+
+        >>> c = Cache("doc-gos", size="1MiB")
+        >>> c.get_or_set("k", lambda: [1, 2]), c.get_or_set("k", lambda: "not called")
+        ([1, 2], [1, 2])
+        >>> c.clear()
+        """
+        value: Any = self.get(key, _MISS)
+        if value is not _MISS:
+            return cast(T, value)
+        created = factory()
+        if self.add(key, created, ttl, expire_at):
+            return created
+        current: Any = self.get(key, _MISS)
+        return created if current is _MISS else cast(T, current)
+
+    def touch(
+        self, key: Key, ttl: Duration | None = None, expire_at: ExpireAt | None = None
+    ) -> bool:
+        """Give ``key`` a new TTL (None: the default TTL); return whether it exists."""
+        ttl_ms = _ttl_ms(ttl, expire_at)
+        nkey = native_key(key)
+        if ttl_ms == -1:
+            return self._native.delete(nkey)
+        return self._native.touch(nkey, ttl_ms)
+
+    def incr(
+        self,
+        key: Key,
+        delta: int = 1,
+        default: int | None = 0,
+        ttl: Duration | None = None,
+    ) -> int:
+        """Atomically add ``delta`` to a 64-bit counter and return the new value.
+
+        A missing key starts at ``default`` (``None``: raise :class:`KeyError`);
+        ``ttl`` applies to a counter created by this call.  An entry that is
+        not an int raises :class:`~nearcache.NotACounterError`; overflowing
+        64 bits raises :class:`~nearcache.CounterOverflowError` and leaves the
+        value.  Counters
+        are stored natively and are not signed, even in a :class:`SignedCache`
+        (read them with ``incr(key, 0)`` there).
+        """
+        if isinstance(delta, bool) or not isinstance(delta, int):
+            raise TypeError(f"delta must be an int, not {type(delta).__name__}")
+        return self._native.incr(native_key(key), delta, default, ttl_to_ms(ttl))
+
+    def decr(
+        self,
+        key: Key,
+        delta: int = 1,
+        default: int | None = 0,
+        ttl: Duration | None = None,
+    ) -> int:
+        """Atomically subtract ``delta``; see :meth:`incr`."""
+        if isinstance(delta, bool) or not isinstance(delta, int):
+            raise TypeError(f"delta must be an int, not {type(delta).__name__}")
+        return self.incr(key, -delta, default, ttl)
+
+    # -------------------------------------------------------------------- deletes
+
+    def delete(self, key: Key) -> bool:
+        """Remove ``key``; return whether it was present."""
+        try:
+            return self._delete(key)
+        except TypeError:
+            return self._delete(native_key(key))
+
+    def __delitem__(self, key: Key) -> None:
+        """``del cache[key]``: :class:`KeyError` if it was absent."""
+        if not self.delete(key):
+            raise KeyError(key)
+
+    @overload
+    def pop(self, key: Key) -> Any: ...
+    @overload
+    def pop(self, key: Key, default: D) -> Any | D: ...
+    def pop(self, key: Key, default: Any = None) -> Any:
+        """Remove ``key`` and return its value, or ``default`` if absent.
+
+        >>> c = Cache("doc-pop", size="1MiB")
+        >>> c["k"] = (1, "one")
+        >>> c.pop("k"), c.pop("k", "gone")
+        ((1, 'one'), 'gone')
+        """
+        try:
+            value = self._pop_typed(key, default)
+        except TypeError:
+            value = self._pop_typed(native_key(key), default)
+        if value.__class__ is tuple and value is not default:
+            return self._decode(key, value, default)
+        return value
+
+    def delete_many(self, keys: Iterable[Key]) -> int:
+        """Remove several keys; return how many were present."""
+        native_keys = [native_key(k) for k in keys]
+        return self._native.delete_many(native_keys) if native_keys else 0
+
+    def clear(self) -> None:
+        """Remove every entry (of this cache's ``prefix`` only, if it has one)."""
+        self._native.clear()
+
+    # ------------------------------------------------------------------- iteration
+
+    def keys(self) -> list[Key]:
+        """A snapshot of the live keys (of this prefix), decoded as in
+        :func:`nearcache.keys.decode_key` (str for UTF-8, int for int keys).
+        """
+        raw_keys = self._native.keys()
+        return [decode_key(raw) for raw in raw_keys]
+
+    def __iter__(self) -> Iterator[Key]:
+        """Iterate over a snapshot of the keys."""
+        return iter(self.keys())
+
+    def __len__(self) -> int:
+        """Number of live entries (of this prefix, if any)."""
+        return len(self._native)
+
+    def __bool__(self) -> bool:
+        """A cache object is always true, even when empty (like a file object)."""
+        return True
+
+    # ----------------------------------------------------------------- management
+
+    def stats(self) -> dict[str, int]:
+        """Engine counters (shared by every process) plus this process's
+        ``signature_failures`` and ``decode_errors``."""
+        stats = dict(self._native.stats())
+        stats["signature_failures"] = self.signature_failures
+        stats["decode_errors"] = self.decode_errors
+        return stats
+
+    def check(self) -> dict[str, int]:
+        """Verify every shard's invariants (see the engine); return counts."""
+        return self._native.check()
+
+    def flush(self) -> None:
+        """Write the mapping back to its file (for caches on a disk file system)."""
+        self._native.flush()
+
+    def close(self) -> None:
+        """Unmap the file; any later operation raises :class:`~nearcache.CacheClosedError`."""
+        self._native.close()
+
+    def __enter__(self) -> Cache:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        if self._native.closed:
+            return f"<{type(self).__name__} {self._name!r} closed>"
+        return (
+            f"<{type(self).__name__} {self._name!r} path={self.path!r} "
+            f"size={format_size(self.capacity)!r} shards={self.shard_count}>"
+        )
+
+    def __reduce__(self) -> tuple[Callable[..., Cache], tuple[dict[str, Any]]]:
+        """Pickling a cache (e.g. to a spawned process) reopens the same file."""
+        return (_reopen, (dict(self._options),))
+
+    # ---------------------------------------------------------- decorators, locks
+
+    def memoize(
+        self,
+        ttl: Duration | None = None,
+        *,
+        key: Callable[..., object] | None = None,
+        name: str | None = None,
+        ignore: Iterable[str] = (),
+        stale_ttl: Duration = 0,
+        beta: float = 0.0,
+        lock_ttl: Duration = 60.0,
+    ) -> MemoizeDecorator:
+        """Decorator caching a function's results; see :func:`nearcache.memoize.memoize`.
+
+        >>> c = Cache("doc-memo", size="1MiB")
+        >>> @c.memoize(ttl=60)
+        ... def square(x):
+        ...     print("computing", x)
+        ...     return x * x
+        >>> square(4), square(4)
+        computing 4
+        (16, 16)
+        >>> square.invalidate(4)
+        True
+        >>> c.clear()
+        """
+        from nearcache.memoize import memoize
+
+        return memoize(
+            self,
+            ttl,
+            key=key,
+            name=name,
+            ignore=ignore,
+            stale_ttl=stale_ttl,
+            beta=beta,
+            lock_ttl=lock_ttl,
+        )
+
+    def lock(
+        self,
+        name: str,
+        timeout: float | timedelta | None = None,
+        expire: Duration = 60.0,
+    ) -> Lock:
+        """A cross-process lock stored in this cache; see :class:`nearcache.Lock`.
+
+        >>> c = Cache("doc-lock", size="1MiB")
+        >>> with c.lock("report", timeout=5):
+        ...     pass
+        """
+        from nearcache.locks import Lock
+
+        return Lock(self, name, timeout=timeout, expire=expire)
+
+    # ----------------------------------------------------------------- internals
+
+    def _signed_key(self, nkey: str | bytes) -> bytes:
+        """The bytes a signature binds to (unused when not signing)."""
+        return b""
+
+
+class SignedCache(Cache):
+    """A :class:`Cache` whose every value is signed (``Cache(signing_key=...)``).
+
+    Reads verify the HMAC-SHA256 tag before anything is decoded; an entry
+    that is unsigned, tampered with, or moved to another key is a miss and
+    counted as ``signature_failures`` in :meth:`stats`.  Counters
+    (:meth:`incr`) are the exception: they are native integers, unsigned.
+
+    >>> key = b"k" * 32
+    >>> c = Cache("doc-signed", size="1MiB", signing_key=key)
+    >>> type(c).__name__
+    'SignedCache'
+    >>> c.set("x", {"safe": True}); c.get("x")
+    {'safe': True}
+    >>> c.native.set("x", b"planted by someone else")   # bypasses signing
+    >>> c.get("x"), c.stats()["signature_failures"]
+    (None, 1)
+    >>> c.clear()
+    """
+
+    def get(self, key: Key, default: Any = None) -> Any:
+        nkey = native_key(key)
+        entry = self._native.get_entry(nkey)
+        if entry is None:
+            return default
+        return self._decode_signed(nkey, entry[1], entry[0], default)
+
+    def pop(self, key: Key, default: Any = None) -> Any:
+        nkey = native_key(key)
+        entry = self._native.pop(nkey)
+        if entry is None:
+            return default
+        return self._decode_signed(nkey, entry[1], entry[0], default)
+
+    def get_many(self, keys: Iterable[Key]) -> dict[Key, Any]:
+        keys = list(keys)
+        native_keys = [native_key(k) for k in keys]
+        entries = self._native.get_many(native_keys) if keys else []
+        found: dict[Key, Any] = {}
+        for key, nkey, entry in zip(keys, native_keys, entries, strict=True):
+            if entry is None:
+                continue
+            value = self._decode_signed(nkey, entry[1], entry[0], _MISS)
+            if value is not _MISS:
+                found[key] = value
+        return found
+
+    def _decode_signed(self, nkey: str | bytes, flags: int, payload: bytes, default: Any) -> Any:
+        try:
+            return self._codec.decode(flags, payload, self._signed_key(nkey))
+        except SignatureError:
+            self.signature_failures += 1
+        except EntryRejected:
+            self.decode_errors += 1
+        return default
+
+    def _signed_key(self, nkey: str | bytes) -> bytes:
+        return self._prefix + encode_key(nkey)
+
+
+def _reopen(options: dict[str, Any]) -> Cache:
+    path = options.pop("path")
+    return Cache(path=path, **options)
