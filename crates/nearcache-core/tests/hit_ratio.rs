@@ -1,0 +1,161 @@
+//! Eviction quality: the engine's hit ratio must be at least that of an
+//! exact LRU with the same byte budget, on a Zipf(0.99) trace and on a
+//! Zipf trace mixed with one-time scans. Both caches are driven the same
+//! way (cache-aside: get, and set on a miss); both count an entry's bytes
+//! the same way (32-byte header + key + value, padded to 8), and the LRU
+//! gets the engine's whole arena capacity as its budget.
+
+mod common;
+use common::*;
+use std::collections::{BTreeMap, HashMap};
+
+/// Deterministic xorshift64* generator.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// Zipf(s) sampler over ranks 0..n by inverse CDF.
+struct Zipf {
+    cdf: Vec<f64>,
+}
+impl Zipf {
+    fn new(n: usize, s: f64) -> Zipf {
+        let mut cdf = Vec::with_capacity(n);
+        let mut sum = 0.0;
+        for i in 1..=n {
+            sum += 1.0 / (i as f64).powf(s);
+            cdf.push(sum);
+        }
+        for c in &mut cdf {
+            *c /= sum;
+        }
+        Zipf { cdf }
+    }
+    fn sample(&self, rng: &mut Rng) -> usize {
+        let u = rng.unit();
+        self.cdf.partition_point(|&c| c < u).min(self.cdf.len() - 1)
+    }
+}
+
+fn entry_size(k: usize, v: usize) -> usize {
+    (32 + k + v + 7) & !7
+}
+
+/// Exact LRU by bytes.
+struct Lru {
+    cap: usize,
+    used: usize,
+    clock: u64,
+    map: HashMap<u64, (u64, usize)>,
+    order: BTreeMap<u64, u64>,
+}
+impl Lru {
+    fn new(cap: usize) -> Lru {
+        Lru { cap, used: 0, clock: 0, map: HashMap::new(), order: BTreeMap::new() }
+    }
+    fn get(&mut self, k: u64) -> bool {
+        self.clock += 1;
+        if let Some((stamp, _)) = self.map.get_mut(&k) {
+            self.order.remove(stamp);
+            *stamp = self.clock;
+            self.order.insert(self.clock, k);
+            true
+        } else {
+            false
+        }
+    }
+    fn set(&mut self, k: u64, size: usize) {
+        self.clock += 1;
+        while self.used + size > self.cap {
+            let (&stamp, &victim) = self.order.iter().next().expect("nonempty");
+            self.order.remove(&stamp);
+            self.used -= self.map.remove(&victim).unwrap().1;
+        }
+        self.used += size;
+        self.map.insert(k, (self.clock, size));
+        self.order.insert(self.clock, k);
+    }
+}
+
+fn key_of(id: u64) -> Vec<u8> {
+    format!("{id:036}").into_bytes() // 36-byte keys like the seeds' UUIDs
+}
+
+fn value_len(id: u64) -> usize {
+    64 + (id.wrapping_mul(2654435761) % 400) as usize
+}
+
+/// Replay `trace` through the engine and an LRU; returns (engine, lru) hit ratios.
+fn replay(trace: &[u64], cache_size: usize, shards: usize) -> (f64, f64) {
+    let d = TempDir::new("hits");
+    let c = open(&d, "c", cache_size, shards);
+    let capacity = c.stats().unwrap().capacity_bytes as usize;
+    let mut lru = Lru::new(capacity);
+    let (mut eh, mut lh) = (0usize, 0usize);
+    let mut buf = vec![0u8; 512];
+    for &id in trace {
+        let k = key_of(id);
+        let vl = value_len(id);
+        if c.get(&k).unwrap().is_some() {
+            eh += 1;
+        } else {
+            buf.resize(vl, (id % 251) as u8);
+            c.set(&k, &buf[..vl], 0, 0).unwrap();
+        }
+        if lru.get(id) {
+            lh += 1;
+        } else {
+            lru.set(id, entry_size(k.len(), vl));
+        }
+    }
+    c.check().unwrap();
+    (eh as f64 / trace.len() as f64, lh as f64 / trace.len() as f64)
+}
+
+fn zipf_trace(n_keys: usize, len: usize, seed: u64) -> Vec<u64> {
+    let z = Zipf::new(n_keys, 0.99);
+    let mut rng = Rng(seed);
+    // Scatter ranks over ids so popularity is not correlated with id.
+    (0..len).map(|_| (z.sample(&mut rng) as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 20).collect()
+}
+
+#[test]
+fn zipf_hit_ratio_at_least_lru() {
+    let trace = zipf_trace(50_000, 300_000, 42);
+    for (size, shards) in [(1 << 20, 1), (2 << 20, 4), (4 << 20, 4)] {
+        let (engine, lru) = replay(&trace, size, shards);
+        println!("zipf(0.99) size={size} shards={shards}: engine {engine:.4} lru {lru:.4}");
+        assert!(engine >= lru, "engine hit ratio {engine:.4} below LRU {lru:.4} at {size} bytes");
+    }
+}
+
+#[test]
+fn scan_mixed_hit_ratio_at_least_lru() {
+    let base = zipf_trace(50_000, 300_000, 7);
+    let mut trace = Vec::with_capacity(base.len() * 2);
+    let mut next_scan_id = 1u64 << 60;
+    for (i, id) in base.into_iter().enumerate() {
+        trace.push(id);
+        // Every 10,000 requests, a scan of 3,000 keys never seen again.
+        if i % 10_000 == 9_999 {
+            for _ in 0..3_000 {
+                trace.push(next_scan_id);
+                next_scan_id += 1;
+            }
+        }
+    }
+    for (size, shards) in [(1 << 20, 1), (4 << 20, 4)] {
+        let (engine, lru) = replay(&trace, size, shards);
+        println!("zipf+scans size={size} shards={shards}: engine {engine:.4} lru {lru:.4}");
+        assert!(engine >= lru, "engine hit ratio {engine:.4} below LRU {lru:.4} at {size} bytes");
+    }
+}

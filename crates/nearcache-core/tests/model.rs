@@ -1,0 +1,169 @@
+//! Property tests: random operation sequences against a model map.
+//!
+//! With a cache large enough to never evict, the engine must agree with the
+//! model exactly. With a small cache it may forget entries (eviction), but
+//! a get may only ever return the last value set for that key, never
+//! anything else.
+
+mod common;
+use common::*;
+use nearcache_core::FLAG_INT;
+use proptest::prelude::*;
+use std::collections::HashMap;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Set(u8, u16, u8),
+    Get(u8),
+    Delete(u8),
+    Add(u8, u16),
+    Replace(u8, u16),
+    Incr(u8, i8),
+    Pop(u8),
+    GetMany(Vec<u8>),
+    Clear,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (any::<u8>(), 0u16..2000, any::<u8>()).prop_map(|(k, n, b)| Op::Set(k, n, b)),
+        4 => any::<u8>().prop_map(Op::Get),
+        1 => any::<u8>().prop_map(Op::Delete),
+        1 => (any::<u8>(), 0u16..500).prop_map(|(k, n)| Op::Add(k, n)),
+        1 => (any::<u8>(), 0u16..500).prop_map(|(k, n)| Op::Replace(k, n)),
+        1 => (any::<u8>(), any::<i8>()).prop_map(|(k, d)| Op::Incr(k, d)),
+        1 => any::<u8>().prop_map(Op::Pop),
+        1 => proptest::collection::vec(any::<u8>(), 0..20).prop_map(Op::GetMany),
+        1 => Just(Op::Clear),
+    ]
+}
+
+fn key(k: u8) -> Vec<u8> {
+    format!("key-{}", k % 64).into_bytes()
+}
+
+fn value(n: u16, b: u8) -> Vec<u8> {
+    let mut v = vec![b; n as usize];
+    v.extend_from_slice(&n.to_le_bytes());
+    v
+}
+
+/// (value, flags) per key.
+type Model = HashMap<Vec<u8>, (Vec<u8>, u32)>;
+
+fn run(ops: &[Op], size: usize, shards: usize, may_evict: bool) {
+    let d = TempDir::new("model");
+    let c = open(&d, "c", size, shards);
+    let mut m: Model = HashMap::new();
+    // Compare a cache answer with the model; with eviction, a miss is
+    // allowed (and forgets the key), a wrong value never is.
+    let agree = |m: &mut Model, k: &Vec<u8>, got: Option<(Vec<u8>, u32)>| match (got, m.get(k).cloned()) {
+        (Some(g), Some(want)) => assert_eq!(g, want, "wrong value for {k:?}"),
+        (Some(g), None) => panic!("value {g:?} for a key never set or deleted: {k:?}"),
+        (None, Some(_)) => {
+            assert!(may_evict, "lost {k:?} without eviction");
+            m.remove(k);
+        }
+        (None, None) => {}
+    };
+    for o in ops {
+        match o {
+            Op::Set(k, n, b) => {
+                c.set(&key(*k), &value(*n, *b), 7, 0).unwrap();
+                m.insert(key(*k), (value(*n, *b), 7));
+            }
+            Op::Get(k) => {
+                let got = c.get(&key(*k)).unwrap().map(|v| (v.data, v.flags));
+                agree(&mut m, &key(*k), got);
+            }
+            Op::Delete(k) => {
+                let was = c.delete(&key(*k)).unwrap();
+                let had = m.remove(&key(*k)).is_some();
+                assert!(was == had || (may_evict && had && !was));
+            }
+            Op::Add(k, n) => {
+                let added = c.add(&key(*k), &value(*n, 1), 1, 0).unwrap();
+                if added {
+                    assert!(may_evict || !m.contains_key(&key(*k)));
+                    m.insert(key(*k), (value(*n, 1), 1));
+                } else {
+                    assert!(m.contains_key(&key(*k)), "add refused for an absent key");
+                }
+            }
+            Op::Replace(k, n) => {
+                let replaced = c.replace(&key(*k), &value(*n, 2), 2, 0).unwrap();
+                if replaced {
+                    assert!(m.contains_key(&key(*k)), "replace of an absent key");
+                    m.insert(key(*k), (value(*n, 2), 2));
+                } else {
+                    assert!(may_evict || !m.contains_key(&key(*k)));
+                    m.remove(&key(*k));
+                }
+            }
+            Op::Incr(k, dlt) => {
+                let kk = key(*k);
+                let r = c.incr(&kk, *dlt as i64, Some(100), 0);
+                match m.get(&kk).cloned() {
+                    Some((v, f)) if f == FLAG_INT && v.len() == 8 => {
+                        let new = r.unwrap();
+                        let old = i64::from_le_bytes(v.try_into().unwrap());
+                        assert!(new == old + *dlt as i64 || (may_evict && new == 100 + *dlt as i64));
+                        m.insert(kk, (new.to_le_bytes().to_vec(), FLAG_INT));
+                    }
+                    Some(_) => match r {
+                        Err(nearcache_core::Error::NotACounter) => {}
+                        Ok(new) => {
+                            assert!(may_evict && new == 100 + *dlt as i64);
+                            m.insert(kk, (new.to_le_bytes().to_vec(), FLAG_INT));
+                        }
+                        Err(e) => panic!("{e}"),
+                    },
+                    None => {
+                        let new = r.unwrap();
+                        assert_eq!(new, 100 + *dlt as i64);
+                        m.insert(kk, (new.to_le_bytes().to_vec(), FLAG_INT));
+                    }
+                }
+            }
+            Op::Pop(k) => {
+                let got = c.pop(&key(*k)).unwrap().map(|v| (v.data, v.flags));
+                agree(&mut m, &key(*k), got);
+                m.remove(&key(*k));
+            }
+            Op::GetMany(ks) => {
+                let keys: Vec<Vec<u8>> = ks.iter().map(|k| key(*k)).collect();
+                let got = c.get_many(&keys).unwrap();
+                for (k, g) in keys.iter().zip(got) {
+                    agree(&mut m, k, g.map(|v| (v.data, v.flags)));
+                }
+            }
+            Op::Clear => {
+                c.clear().unwrap();
+                m.clear();
+            }
+        }
+    }
+    c.check().unwrap();
+    if !may_evict {
+        assert_eq!(c.len().unwrap(), m.len());
+        for (k, want) in &m {
+            let v = c.get(k).unwrap().unwrap();
+            assert_eq!(&(v.data, v.flags), want);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+
+    #[test]
+    fn matches_model_without_eviction(ops in proptest::collection::vec(op(), 1..400)) {
+        run(&ops, 4 << 20, 4, false);
+    }
+
+    #[test]
+    fn never_wrong_under_eviction(ops in proptest::collection::vec(op(), 1..600)) {
+        // 64 KiB in one shard: ~40 KiB of arena for up to 64 keys of up to 2 KB.
+        run(&ops, 64 << 10, 1, true);
+    }
+}
