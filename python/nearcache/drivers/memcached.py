@@ -430,7 +430,7 @@ class MemcachedDriver(Driver):
         if cas is None:
             return self._create(client, mk, key, delta, default)
         value = self._decode(data, full, _MISS)
-        if type(value) is not int:
+        if type(value) is not int or not MIN_INT64 <= value <= MAX_INT64:
             raise NotACounterError(f"the value under {key!r} is not an integer")
         result = value + delta
         if not MIN_INT64 <= result <= MAX_INT64:

@@ -10,9 +10,10 @@ sum over entries of the key length plus the value's size: its length for
 When a write would exceed a bound, least recently used entries are evicted
 first; expired entries are dropped when they are met.
 
-Values are stored by value, like every driver: ``bytes``, ``str``, ``int``,
-``float``, ``bool`` and ``None`` are immutable and kept as they are; other
-objects are serialized on ``set`` and rebuilt on each ``get``.
+Values are stored by value, like every driver: ``bytes``, ``str``, ``int``
+(64-bit: the counters), ``float``, ``bool`` and ``None`` are immutable and
+kept as they are; other objects are serialized on ``set`` and rebuilt on
+each ``get``.
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ class MemoryDriver(Driver):
         """Build an entry (no lock needed); raises before anything changes."""
         ttl_ms = ttl_to_ms(ttl, self._default_ttl_ms)
         kind = type(value)
-        if kind in _IMMUTABLE:
+        if kind in _IMMUTABLE and (kind is not int or MIN_INT64 <= value <= MAX_INT64):
             stored, flags = value, -1
             size = len(value) if kind is bytes or kind is str else _NUMBER_SIZE
         else:
