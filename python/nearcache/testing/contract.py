@@ -153,7 +153,7 @@ class _Base:
     def test_rejects_bad_ttls(self, driver: Driver) -> None:
         for ttl in (-1, -0.5, math.nan, math.inf, "soon", timedelta(seconds=-1)):
             with pytest.raises(ValueError):
-                driver.set("bad-ttl", 1, ttl=ttl)  # type: ignore[arg-type]
+                driver.set("bad-ttl", 1, ttl=ttl)
         with pytest.raises(TypeError):
             driver.set("bad-ttl", 1, ttl=True)
         assert driver.get("bad-ttl", _MISS) is _MISS

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from nearcache.drivers import MemcachedDriver, MemoryDriver, NullDriver, RedisDriver, ShmDriver
 from nearcache.testing import DriverContract, MemcachedServer, NullDriverContract, RedisServer
 
