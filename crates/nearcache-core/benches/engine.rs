@@ -1,0 +1,81 @@
+//! Criterion benchmarks of the engine's hot paths, with the seeds' shapes:
+//! 36-character keys and 16/160/1600-byte values.
+//!
+//! Run: `cargo bench -p nearcache-core --bench engine`
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use nearcache_core::{Cache, OpenOptions};
+use std::hint::black_box;
+
+fn key(i: usize) -> Vec<u8> {
+    format!("{i:08x}-0000-4000-8000-{i:012x}").into_bytes()
+}
+
+fn open(tag: &str, size: usize) -> (Cache, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("nc-bench-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("c");
+    let c =
+        Cache::open(&path, &OpenOptions { size: Some(size), recreate: true, ..Default::default() })
+            .unwrap();
+    (c, dir)
+}
+
+fn bench(c: &mut Criterion) {
+    let (cache, dir) = open("hot", 64 << 20);
+    let keys: Vec<Vec<u8>> = (0..10_000).map(key).collect();
+    let mut g = c.benchmark_group("engine");
+    for &size in &[16usize, 160, 1600] {
+        let value = vec![0xabu8; size];
+        for k in &keys {
+            cache.set(k, &value, 0, 0).unwrap();
+        }
+        g.throughput(Throughput::Elements(1));
+        g.bench_with_input(BenchmarkId::new("get_hit", size), &size, |b, _| {
+            let mut i = 0;
+            let mut out = vec![0u8; size];
+            b.iter(|| {
+                i = (i + 1) % keys.len();
+                cache.get_with(black_box(&keys[i]), |e| e.copy_to(&mut out)).unwrap()
+            })
+        });
+        g.bench_with_input(BenchmarkId::new("set", size), &size, |b, _| {
+            let mut i = 0;
+            b.iter(|| {
+                i = (i + 1) % keys.len();
+                cache.set(black_box(&keys[i]), black_box(&value), 0, 0).unwrap()
+            })
+        });
+    }
+    g.bench_function("get_miss", |b| {
+        let missing = key(99_999_999);
+        b.iter(|| cache.get_with(black_box(&missing), |_| ()).unwrap())
+    });
+    g.bench_function("incr", |b| {
+        b.iter(|| cache.incr(black_box(b"counter"), 1, Some(0), 0).unwrap())
+    });
+    g.finish();
+
+    // Writes into a full cache: every set pays its share of compaction and
+    // SIEVE eviction.
+    let (small, dir2) = open("evict", 8 << 20);
+    let value = vec![7u8; 160];
+    let many: Vec<Vec<u8>> = (0..200_000).map(key).collect();
+    let mut g = c.benchmark_group("engine_full");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("set_160_evicting", |b| {
+        let mut i = 0;
+        b.iter(|| {
+            i = (i + 1) % many.len();
+            small.set(black_box(&many[i]), &value, 0, 0).unwrap()
+        })
+    });
+    g.finish();
+    drop(cache);
+    drop(small);
+    let _ = std::fs::remove_dir_all(dir);
+    let _ = std::fs::remove_dir_all(dir2);
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -23,6 +23,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// Flag value the engine uses for 64-bit counters (little-endian i64).
 pub const FLAG_INT: u32 = 2;
 
+/// Keys of one shard in a batch: (shard index, [(key position, hash)]).
+type ShardGroup = (usize, Vec<(usize, u64)>);
+
 /// A value copied out of the cache, with its flags.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Value {
@@ -167,10 +170,7 @@ impl Cache {
     fn route(&self, key: &[u8]) -> Result<(&Shard, u64)> {
         self.live()?;
         if key.is_empty() || key.len() > MAX_KEY_LEN {
-            return Err(Error::BadKey {
-                len: key.len(),
-                max: MAX_KEY_LEN,
-            });
+            return Err(Error::BadKey { len: key.len(), max: MAX_KEY_LEN });
         }
         let h = hash_key(self.geo.seed, key);
         Ok((&self.shards[shard_of(h, self.geo.shard_count)], h))
@@ -179,10 +179,7 @@ impl Cache {
     fn check_fits(&self, key: &[u8], value_len: usize) -> Result<()> {
         let needed = entry_size(key.len(), value_len);
         if needed > self.max_entry {
-            return Err(Error::ValueTooLarge {
-                needed,
-                max: self.max_entry,
-            });
+            return Err(Error::ValueTooLarge { needed, max: self.max_entry });
         }
         Ok(())
     }
@@ -198,10 +195,7 @@ impl Cache {
 
     /// The value and flags of `key`.
     pub fn get(&self, key: &[u8]) -> Result<Option<Value>> {
-        self.get_with(key, |e| Value {
-            data: e.to_vec(),
-            flags: e.flags(),
-        })
+        self.get_with(key, |e| Value { data: e.to_vec(), flags: e.flags() })
     }
 
     /// Store `value` with `flags` for `ttl_ms` (0 = never expires).
@@ -219,7 +213,14 @@ impl Cache {
         self.store(key, value, flags, ttl_ms, SetMode::IfPresent)
     }
 
-    fn store(&self, key: &[u8], value: &[u8], flags: u32, ttl_ms: u64, mode: SetMode) -> Result<bool> {
+    fn store(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        ttl_ms: u64,
+        mode: SetMode,
+    ) -> Result<bool> {
         let (shard, h) = self.route(key)?;
         self.check_fits(key, value.len())?;
         let mut now = Now::new();
@@ -244,10 +245,7 @@ impl Cache {
 
     /// Remove `key` and return its value.
     pub fn pop(&self, key: &[u8]) -> Result<Option<Value>> {
-        self.pop_with(key, |e| Value {
-            data: e.to_vec(),
-            flags: e.flags(),
-        })
+        self.pop_with(key, |e| Value { data: e.to_vec(), flags: e.flags() })
     }
 
     /// Give `key` a new TTL (0 = never). Returns whether it was present.
@@ -286,25 +284,18 @@ impl Cache {
     }
 
     /// Group `keys` by shard: returns (shard index, positions) pairs.
-    fn group<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<(usize, Vec<(usize, u64)>)>> {
+    fn group<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<ShardGroup>> {
         self.live()?;
         let mut groups: Vec<Vec<(usize, u64)>> = vec![Vec::new(); self.geo.shard_count];
         for (i, k) in keys.iter().enumerate() {
             let k = k.as_ref();
             if k.is_empty() || k.len() > MAX_KEY_LEN {
-                return Err(Error::BadKey {
-                    len: k.len(),
-                    max: MAX_KEY_LEN,
-                });
+                return Err(Error::BadKey { len: k.len(), max: MAX_KEY_LEN });
             }
             let h = hash_key(self.geo.seed, k);
             groups[shard_of(h, self.geo.shard_count)].push((i, h));
         }
-        Ok(groups
-            .into_iter()
-            .enumerate()
-            .filter(|(_, g)| !g.is_empty())
-            .collect())
+        Ok(groups.into_iter().enumerate().filter(|(_, g)| !g.is_empty()).collect())
     }
 
     /// Look up many keys, taking each shard's lock once. `f(i, entry)` is
@@ -328,10 +319,7 @@ impl Cache {
     pub fn get_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<Option<Value>>> {
         let mut out = vec![None; keys.len()];
         self.get_many_with(keys, |i, e| {
-            out[i] = Some(Value {
-                data: e.to_vec(),
-                flags: e.flags(),
-            })
+            out[i] = Some(Value { data: e.to_vec(), flags: e.flags() })
         })?;
         Ok(out)
     }
@@ -435,15 +423,10 @@ impl Cache {
                 self.geo.total_size()
             )));
         }
-        let mut r = CheckReport {
-            shards: self.shards.len(),
-            ..CheckReport::default()
-        };
+        let mut r = CheckReport { shards: self.shards.len(), ..CheckReport::default() };
         for (i, s) in self.shards.iter().enumerate() {
-            let (n, b) = s
-                .lock()?
-                .check()
-                .map_err(|m| Error::Corrupt(format!("shard {i}: {m}")))?;
+            let (n, b) =
+                s.lock()?.check().map_err(|m| Error::Corrupt(format!("shard {i}: {m}")))?;
             r.entries += n;
             r.live_bytes += b;
         }

@@ -41,10 +41,7 @@ pub enum Error {
 
 impl Error {
     pub(crate) fn io(context: impl Into<String>, source: io::Error) -> Self {
-        Error::Io {
-            context: context.into(),
-            source,
-        }
+        Error::Io { context: context.into(), source }
     }
 
     pub(crate) fn last_os(context: impl Into<String>) -> Self {

@@ -96,11 +96,7 @@ impl Mapping {
 
     /// Current size of the file on disk (to detect truncation by others).
     pub(crate) fn file_len(&self) -> Result<u64> {
-        Ok(self
-            .file
-            .metadata()
-            .map_err(|e| Error::io("fstat cache file", e))?
-            .len())
+        Ok(self.file.metadata().map_err(|e| Error::io("fstat cache file", e))?.len())
     }
 }
 
@@ -126,11 +122,7 @@ fn ofd_lock(fd: i32, kind: i32, wait: bool) -> io::Result<()> {
     fl.l_whence = libc::SEEK_SET as libc::c_short;
     fl.l_start = 0;
     fl.l_len = 1;
-    let cmd = if wait {
-        libc::F_OFD_SETLKW
-    } else {
-        libc::F_OFD_SETLK
-    };
+    let cmd = if wait { libc::F_OFD_SETLKW } else { libc::F_OFD_SETLK };
     loop {
         // SAFETY: fd is an open descriptor; fl is a valid flock.
         let rc = unsafe { libc::fcntl(fd, cmd, &mut fl) };
@@ -167,9 +159,7 @@ pub(crate) fn try_exclusive(file: &File) -> bool {
 }
 
 fn check_file(file: &File, path: &Path, allow_foreign: bool) -> Result<u64> {
-    let md = file
-        .metadata()
-        .map_err(|e| Error::io(format!("fstat {}", path.display()), e))?;
+    let md = file.metadata().map_err(|e| Error::io(format!("fstat {}", path.display()), e))?;
     use std::os::unix::fs::MetadataExt;
     if !md.file_type().is_file() {
         return Err(Error::Permission(format!("{} is not a regular file", path.display())));
@@ -276,10 +266,9 @@ fn open_existing(path: &Path) -> Result<Option<File>> {
                 "{} is a symbolic link; refusing to follow it",
                 path.display()
             ))),
-            Some(libc::EACCES) | Some(libc::EPERM) => Err(Error::Permission(format!(
-                "{}: {e}",
-                path.display()
-            ))),
+            Some(libc::EACCES) | Some(libc::EPERM) => {
+                Err(Error::Permission(format!("{}: {e}", path.display())))
+            }
             _ => Err(Error::io(format!("open {}", path.display()), e)),
         };
     }
@@ -313,8 +302,7 @@ fn read_header(file: &File, len: u64) -> Result<Geometry> {
             "file of {len} bytes is too short for a nearcache header"
         )));
     }
-    file.read_exact_at(&mut buf, 0)
-        .map_err(|e| Error::io("read cache header", e))?;
+    file.read_exact_at(&mut buf, 0).map_err(|e| Error::io("read cache header", e))?;
     if buf[fh::READY] == 0 {
         return Err(Error::Corrupt("file was never fully initialised".into()));
     }
@@ -333,10 +321,7 @@ pub(crate) fn open(
         Some(size) => Some(Geometry::for_size(size, opts.shards)?),
         None => None,
     };
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     if opts.create && !dir.exists() {
         ensure_private_dir(dir)?;
     }
@@ -347,7 +332,9 @@ pub(crate) fn open(
             let exclusive = attach_lock(file.as_raw_fd())?;
             let geo = match read_header(&file, len) {
                 Ok(g) => g,
-                Err(e @ (Error::Corrupt(_) | Error::Incompatible(_))) if opts.recreate && wanted.is_some() => {
+                Err(e @ (Error::Corrupt(_) | Error::Incompatible(_)))
+                    if opts.recreate && wanted.is_some() =>
+                {
                     let _ = e;
                     remove_if_same(path, &file)?;
                     continue;
@@ -374,20 +361,12 @@ pub(crate) fn open(
                 }
             }
             let ptr = map(&file, geo.total_size())?;
-            let m = Mapping {
-                file,
-                ptr,
-                len: geo.total_size(),
-            };
+            let m = Mapping { file, ptr, len: geo.total_size() };
             if exclusive {
                 reattach(&m, &geo)?;
                 downgrade(m.file.as_raw_fd())?;
             }
-            return Ok(Opened {
-                map: m,
-                geo,
-                exclusive,
-            });
+            return Ok(Opened { map: m, geo, exclusive });
         }
         if !opts.create {
             return Err(Error::io(
@@ -396,7 +375,10 @@ pub(crate) fn open(
             ));
         }
         let geo = wanted.ok_or_else(|| {
-            Error::InvalidArgument(format!("{} does not exist and no size was given", path.display()))
+            Error::InvalidArgument(format!(
+                "{} does not exist and no size was given",
+                path.display()
+            ))
         })?;
         if let Some(opened) = create(path, &geo, init_shards)? {
             return Ok(opened);
@@ -465,19 +447,14 @@ fn create(
     if rc != 0 {
         let e = io::Error::from_raw_os_error(rc);
         return Err(cleanup(match rc {
-            libc::ENOSPC | libc::EFBIG => Error::Full(format!(
-                "cannot reserve {total} bytes for {}: {e}",
-                path.display()
-            )),
+            libc::ENOSPC | libc::EFBIG => {
+                Error::Full(format!("cannot reserve {total} bytes for {}: {e}", path.display()))
+            }
             _ => Error::io("posix_fallocate", e),
         }));
     }
     let ptr = map(&file, total).map_err(cleanup)?;
-    let m = Mapping {
-        file,
-        ptr,
-        len: total,
-    };
+    let m = Mapping { file, ptr, len: total };
     ofd_lock(fd, libc::F_WRLCK, false).map_err(|e| cleanup(Error::io("OFD lock new file", e)))?;
     let mut header = vec![0u8; HEADER_SIZE];
     geo.write_header(&mut header, crate::shard::now_ms());
@@ -498,9 +475,5 @@ fn create(
         return Err(Error::io(format!("link {}", path.display()), link_err));
     }
     downgrade(fd)?;
-    Ok(Some(Opened {
-        map: m,
-        geo: *geo,
-        exclusive: true,
-    }))
+    Ok(Some(Opened { map: m, geo: *geo, exclusive: true }))
 }

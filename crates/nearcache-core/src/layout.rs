@@ -172,12 +172,7 @@ impl Geometry {
         }
         // About one slot per 96 arena bytes, rounded up to a power of two.
         let slots_per_shard = (shard_size / 96).next_power_of_two().max(64);
-        let g = Geometry {
-            shard_count,
-            shard_size,
-            slots_per_shard,
-            seed: DEFAULT_SEED,
-        };
+        let g = Geometry { shard_count, shard_size, slots_per_shard, seed: DEFAULT_SEED };
         g.validate()?;
         Ok(g)
     }
@@ -205,16 +200,22 @@ impl Geometry {
     /// The largest entry (header + key + value, padded) a set accepts.
     /// Half the arena: compaction can always make room for it.
     pub fn max_entry_size(&self) -> usize {
-        self.arena_size() / 2 & !7
+        (self.arena_size() / 2) & !7
     }
 
     /// Check that the geometry is self-consistent and within limits.
     pub fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(Error::Corrupt(m));
-        if self.shard_count == 0 || !self.shard_count.is_power_of_two() || self.shard_count > MAX_SHARDS {
+        if self.shard_count == 0
+            || !self.shard_count.is_power_of_two()
+            || self.shard_count > MAX_SHARDS
+        {
             return bad(format!("bad shard count {}", self.shard_count));
         }
-        if self.shard_size < MIN_SHARD_SIZE || self.shard_size > MAX_SHARD_SIZE || self.shard_size % PAGE != 0 {
+        if self.shard_size < MIN_SHARD_SIZE
+            || self.shard_size > MAX_SHARD_SIZE
+            || self.shard_size % PAGE != 0
+        {
             return bad(format!("bad shard size {}", self.shard_size));
         }
         if !self.slots_per_shard.is_power_of_two() || self.slots_per_shard < 64 {

@@ -52,7 +52,10 @@ pub unsafe fn init(m: *mut libc::pthread_mutex_t) -> Result<()> {
     let result = (|| unsafe {
         let rc = libc::pthread_mutexattr_setpshared(&mut attr, libc::PTHREAD_PROCESS_SHARED);
         if rc != 0 {
-            return Err(Error::io("pthread_mutexattr_setpshared", io::Error::from_raw_os_error(rc)));
+            return Err(Error::io(
+                "pthread_mutexattr_setpshared",
+                io::Error::from_raw_os_error(rc),
+            ));
         }
         let rc = libc::pthread_mutexattr_setrobust(&mut attr, libc::PTHREAD_MUTEX_ROBUST);
         if rc != 0 {

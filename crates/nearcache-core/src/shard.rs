@@ -172,10 +172,7 @@ impl Shard {
             ptr::write_bytes(self.base, 0, SHARD_HEADER_SIZE);
             lock::init(self.mutex())?;
         }
-        let g = ShardGuard {
-            shard: self,
-            locked: false,
-        };
+        let g = ShardGuard { shard: self, locked: false };
         g.reset_data();
         Ok(())
     }
@@ -186,10 +183,7 @@ impl Shard {
     pub(crate) fn reattach_exclusive(&self) -> Result<bool> {
         // SAFETY: exclusive (caller holds the file's exclusive OFD lock).
         unsafe { lock::init(self.mutex())? };
-        let g = ShardGuard {
-            shard: self,
-            locked: false,
-        };
+        let g = ShardGuard { shard: self, locked: false };
         if g.hdr(sh::SEQ) & 1 == 1 || g.sanity().is_err() {
             g.reset_data();
             g.bump_stat(sh::RESETS);
@@ -203,10 +197,7 @@ impl Shard {
         // SAFETY: the mutex was initialised at creation or attach time and
         // lives as long as the mapping, which outlives self.
         let how = unsafe { lock::lock(self.mutex())? };
-        let g = ShardGuard {
-            shard: self,
-            locked: true,
-        };
+        let g = ShardGuard { shard: self, locked: true };
         if how == Acquired::OwnerDied {
             if g.hdr(sh::SEQ) & 1 == 1 || g.sanity().is_err() {
                 g.reset_data();
@@ -341,16 +332,7 @@ impl<'a> ShardGuard<'a> {
         if key_len == 0 || key_len > MAX_KEY_LEN || size > bump - off {
             return Err(Corrupt("entry length outside the used arena"));
         }
-        Ok(Entry {
-            off,
-            size,
-            hash,
-            expires,
-            key_len,
-            val_len,
-            flags,
-            state,
-        })
+        Ok(Entry { off, size, hash, expires, key_len, val_len, flags, state })
     }
 
     fn set_state(&self, e: &Entry, state: u32) {
@@ -390,10 +372,7 @@ impl<'a> ShardGuard<'a> {
         for _ in 0..self.shard.slots {
             let v = self.slot(i);
             if v == 0 {
-                return Ok(Probe {
-                    found: None,
-                    free_slot: free_slot.or(Some(i)),
-                });
+                return Ok(Probe { found: None, free_slot: free_slot.or(Some(i)) });
             }
             if v == TOMBSTONE {
                 free_slot.get_or_insert(i);
@@ -403,18 +382,12 @@ impl<'a> ShardGuard<'a> {
                     if e.is_dead() {
                         return Err(Corrupt("index points at a dead entry"));
                     }
-                    return Ok(Probe {
-                        found: Some((i, e)),
-                        free_slot,
-                    });
+                    return Ok(Probe { found: Some((i, e)), free_slot });
                 }
             }
             i = (i + 1) & mask;
         }
-        Ok(Probe {
-            found: None,
-            free_slot,
-        })
+        Ok(Probe { found: None, free_slot })
     }
 
     /// Remove the entry in slot `i` (it becomes a tombstone).
@@ -666,6 +639,7 @@ impl<'a> ShardGuard<'a> {
     }
 
     /// Add `delta` to the 64-bit counter at `key`.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn incr(
         &self,
         key: &[u8],
@@ -726,11 +700,7 @@ impl<'a> ShardGuard<'a> {
                     unsafe { self.shard.copy_out(off + ENTRY_HEADER, key.as_mut_ptr(), e.key_len) };
                     f(
                         &key,
-                        &Entry0 {
-                            value_len: e.val_len,
-                            flags: e.flags,
-                            expires_ms: e.expires,
-                        },
+                        &Entry0 { value_len: e.val_len, flags: e.flags, expires_ms: e.expires },
                     );
                 }
                 off += e.size;
@@ -786,7 +756,9 @@ impl<'a> ShardGuard<'a> {
         let mut idx = start;
         let mut steps = 0;
         let mut stop = start;
-        while (arena - live_bytes < free_bytes_target || live_items > max_items) && steps < 2 * n + 1 {
+        while (arena - live_bytes < free_bytes_target || live_items > max_items)
+            && steps < 2 * n + 1
+        {
             let e = &mut entries[idx];
             if keep[idx] {
                 if e.state & STATE_VISITED != 0 {
@@ -886,7 +858,9 @@ impl<'a> ShardGuard<'a> {
                 let p = self.probe(&key, e.hash, bump).map_err(s)?;
                 match p.found {
                     Some((_, f)) if f.off == off => {}
-                    _ => return Err(format!("live entry at {off} is not reachable from the index")),
+                    _ => {
+                        return Err(format!("live entry at {off} is not reachable from the index"))
+                    }
                 }
             }
             off += e.size;

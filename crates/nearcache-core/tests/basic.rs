@@ -85,7 +85,8 @@ fn batches_take_each_shard_once() {
     let d = TempDir::new("many");
     let c = open(&d, "c", 4 << 20, 8);
     let keys: Vec<Vec<u8>> = (0..200).map(|i| format!("key-{i}").into_bytes()).collect();
-    let items: Vec<(Vec<u8>, Vec<u8>, u32)> = keys.iter().map(|k| (k.clone(), k.repeat(3), 3)).collect();
+    let items: Vec<(Vec<u8>, Vec<u8>, u32)> =
+        keys.iter().map(|k| (k.clone(), k.repeat(3), 3)).collect();
     c.set_many(&items, 0).unwrap();
     let mut probe = keys.clone();
     probe.push(b"absent".to_vec());
@@ -141,8 +142,13 @@ fn eviction_keeps_the_shard_consistent() {
     let d = TempDir::new("evict");
     let c = open(&d, "c", 128 << 10, 1);
     for i in 0..5000u32 {
-        c.set(format!("key-{i}").as_bytes(), &vec![(i % 251) as u8; 100 + (i as usize % 300)], 0, 0)
-            .unwrap();
+        c.set(
+            format!("key-{i}").as_bytes(),
+            &vec![(i % 251) as u8; 100 + (i as usize % 300)],
+            0,
+            0,
+        )
+        .unwrap();
         if i % 3 == 0 {
             let _ = c.get(format!("key-{}", i / 2).as_bytes()).unwrap();
         }
@@ -189,7 +195,8 @@ fn reopen_shares_data_and_checks_parameters() {
         other => panic!("expected Incompatible, got {other:?}"),
     }
     // size=None opens with the file's own parameters.
-    let c = Cache::open(d.file("c"), &OpenOptions { size: None, ..OpenOptions::default() }).unwrap();
+    let c =
+        Cache::open(d.file("c"), &OpenOptions { size: None, ..OpenOptions::default() }).unwrap();
     assert_eq!(c.shard_count(), 2);
     assert_eq!(c.get(b"k").unwrap().unwrap().data, b"v");
     // Explicit re-create replaces it.
@@ -216,8 +223,12 @@ fn invalid_sizes() {
     let d = TempDir::new("sizes");
     assert!(matches!(Cache::open(d.file("a"), &opts(1000, 0)), Err(Error::InvalidArgument(_))));
     assert!(matches!(Cache::open(d.file("b"), &opts(1 << 20, 3)), Err(Error::InvalidArgument(_))));
-    assert!(matches!(Cache::open(d.file("c"), &opts(1 << 20, 1 << 17)), Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        Cache::open(d.file("c"), &opts(1 << 20, 1 << 17)),
+        Err(Error::InvalidArgument(_))
+    ));
     assert!(!d.file("a").exists());
-    let missing = Cache::open(d.file("nope"), &OpenOptions { create: false, ..OpenOptions::default() });
+    let missing =
+        Cache::open(d.file("nope"), &OpenOptions { create: false, ..OpenOptions::default() });
     assert!(matches!(missing, Err(Error::Io { .. })));
 }

@@ -125,7 +125,9 @@ fn zipf_trace(n_keys: usize, len: usize, seed: u64) -> Vec<u64> {
     let z = Zipf::new(n_keys, 0.99);
     let mut rng = Rng(seed);
     // Scatter ranks over ids so popularity is not correlated with id.
-    (0..len).map(|_| (z.sample(&mut rng) as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 20).collect()
+    (0..len)
+        .map(|_| (z.sample(&mut rng) as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 20)
+        .collect()
 }
 
 #[test]

@@ -57,15 +57,16 @@ fn run(ops: &[Op], size: usize, shards: usize, may_evict: bool) {
     let mut m: Model = HashMap::new();
     // Compare a cache answer with the model; with eviction, a miss is
     // allowed (and forgets the key), a wrong value never is.
-    let agree = |m: &mut Model, k: &Vec<u8>, got: Option<(Vec<u8>, u32)>| match (got, m.get(k).cloned()) {
-        (Some(g), Some(want)) => assert_eq!(g, want, "wrong value for {k:?}"),
-        (Some(g), None) => panic!("value {g:?} for a key never set or deleted: {k:?}"),
-        (None, Some(_)) => {
-            assert!(may_evict, "lost {k:?} without eviction");
-            m.remove(k);
-        }
-        (None, None) => {}
-    };
+    let agree =
+        |m: &mut Model, k: &Vec<u8>, got: Option<(Vec<u8>, u32)>| match (got, m.get(k).cloned()) {
+            (Some(g), Some(want)) => assert_eq!(g, want, "wrong value for {k:?}"),
+            (Some(g), None) => panic!("value {g:?} for a key never set or deleted: {k:?}"),
+            (None, Some(_)) => {
+                assert!(may_evict, "lost {k:?} without eviction");
+                m.remove(k);
+            }
+            (None, None) => {}
+        };
     for o in ops {
         match o {
             Op::Set(k, n, b) => {
@@ -107,7 +108,9 @@ fn run(ops: &[Op], size: usize, shards: usize, may_evict: bool) {
                     Some((v, f)) if f == FLAG_INT && v.len() == 8 => {
                         let new = r.unwrap();
                         let old = i64::from_le_bytes(v.try_into().unwrap());
-                        assert!(new == old + *dlt as i64 || (may_evict && new == 100 + *dlt as i64));
+                        assert!(
+                            new == old + *dlt as i64 || (may_evict && new == 100 + *dlt as i64)
+                        );
                         m.insert(kk, (new.to_le_bytes().to_vec(), FLAG_INT));
                     }
                     Some(_) => match r {

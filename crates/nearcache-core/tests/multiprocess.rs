@@ -51,7 +51,11 @@ fn xxhash_rust_sum(b: &[u8]) -> u64 {
 fn verify_value(key: &[u8], v: &[u8]) {
     assert!(v.len() >= 4 + key.len() + 16, "short value for {key:?}");
     let (body, sum) = v.split_at(v.len() - 8);
-    assert_eq!(xxhash_rust_sum(body), u64::from_le_bytes(sum.try_into().unwrap()), "torn value for {key:?}");
+    assert_eq!(
+        xxhash_rust_sum(body),
+        u64::from_le_bytes(sum.try_into().unwrap()),
+        "torn value for {key:?}"
+    );
     let kl = u32::from_le_bytes(body[..4].try_into().unwrap()) as usize;
     assert_eq!(&body[4..4 + kl], key, "value of another key returned");
 }
@@ -75,7 +79,8 @@ fn hammer(path: &Path, seed: u64, ops: usize) {
                 c.set(&key, &make_value(&key, i as u64, len), 0, 0).unwrap();
             }
             _ => {
-                let keys: Vec<Vec<u8>> = (0..8).map(|j| format!("key-{}", (x + j) % 500).into_bytes()).collect();
+                let keys: Vec<Vec<u8>> =
+                    (0..8).map(|j| format!("key-{}", (x + j) % 500).into_bytes()).collect();
                 for (k, v) in keys.iter().zip(c.get_many(&keys).unwrap()) {
                     if let Some(v) = v {
                         verify_value(k, &v.data);
@@ -95,7 +100,8 @@ fn child_main() {
     match role.as_str() {
         "hammer" => hammer(&path, arg.parse().unwrap(), 60_000),
         "hold" => {
-            let c = Cache::open(&path, &OpenOptions { size: None, ..OpenOptions::default() }).unwrap();
+            let c =
+                Cache::open(&path, &OpenOptions { size: None, ..OpenOptions::default() }).unwrap();
             // Signal readiness from inside the lock, then hang until killed.
             let marker = path.with_extension("locked");
             let key = arg.into_bytes();
@@ -115,7 +121,8 @@ fn four_processes_never_see_torn_or_foreign_values() {
     let path = d.file("c");
     // Small: 4 shards of 64 KiB for ~500 keys of up to 1.5 KB, so constant eviction.
     let c = Cache::open(&path, &opts(4096 + 4 * 64 * 1024, 4)).unwrap();
-    let kids: Vec<Child> = (0..4).map(|i| spawn_child("hammer", &path, &(i * 7919 + 1).to_string())).collect();
+    let kids: Vec<Child> =
+        (0..4).map(|i| spawn_child("hammer", &path, &(i * 7919 + 1).to_string())).collect();
     hammer(&path, 12345, 20_000);
     for mut k in kids {
         assert!(k.wait().unwrap().success(), "a child saw a torn or foreign value");

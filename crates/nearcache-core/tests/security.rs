@@ -79,7 +79,8 @@ fn not_a_cache_file() {
     std::fs::set_permissions(d.file("zeros"), std::fs::Permissions::from_mode(0o600)).unwrap();
     assert!(matches!(Cache::open(d.file("zeros"), &opts(1 << 20, 1)), Err(Error::Corrupt(_))));
     // recreate replaces a corrupt file
-    let c = Cache::open(d.file("zeros"), &OpenOptions { recreate: true, ..opts(1 << 20, 1) }).unwrap();
+    let c =
+        Cache::open(d.file("zeros"), &OpenOptions { recreate: true, ..opts(1 << 20, 1) }).unwrap();
     c.set(b"k", b"v", 0, 0).unwrap();
 }
 

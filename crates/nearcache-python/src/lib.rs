@@ -14,7 +14,9 @@ use nearcache_core::{Cache, EntryRef, Error as CoreError, OpenOptions, FLAG_INT}
 use pyo3::exceptions::{PyKeyError, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBool, PyBytes, PyByteArray, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple, PyType};
+use pyo3::types::{
+    PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple, PyType,
+};
 
 const FLAG_BYTES: u32 = 0;
 const FLAG_STR: u32 = 1;
@@ -47,11 +49,15 @@ macro_rules! exceptions {
     };
 }
 
-fn builtin<'py>(name: &'static str) -> impl Fn(Python<'py>, &Bound<'py, PyModule>) -> PyResult<Bound<'py, PyAny>> {
+fn builtin<'py>(
+    name: &'static str,
+) -> impl Fn(Python<'py>, &Bound<'py, PyModule>) -> PyResult<Bound<'py, PyAny>> {
     move |_py, b| b.getattr(name)
 }
 
-fn ours<'py>(cell: &'static PyOnceLock<Py<PyType>>) -> impl Fn(Python<'py>, &Bound<'py, PyModule>) -> PyResult<Bound<'py, PyAny>> {
+fn ours<'py>(
+    cell: &'static PyOnceLock<Py<PyType>>,
+) -> impl Fn(Python<'py>, &Bound<'py, PyModule>) -> PyResult<Bound<'py, PyAny>> {
     move |py, _b| Ok(cell.get(py).expect("registered in order").bind(py).clone().into_any())
 }
 
@@ -107,7 +113,11 @@ impl<T> OrPy<T> for Result<T, CoreError> {
 
 /// Run `f` with the full key bytes (prefix + key) of a bytes or str key.
 #[inline]
-fn with_key<R>(prefix: &[u8], key: &Bound<'_, PyAny>, f: impl FnOnce(&[u8]) -> PyResult<R>) -> PyResult<R> {
+fn with_key<R>(
+    prefix: &[u8],
+    key: &Bound<'_, PyAny>,
+    f: impl FnOnce(&[u8]) -> PyResult<R>,
+) -> PyResult<R> {
     let raw: &[u8] = if let Ok(b) = key.cast_exact::<PyBytes>() {
         b.as_bytes()
     } else if let Ok(s) = key.cast::<PyString>() {
@@ -180,6 +190,9 @@ fn encode_native(value: &Bound<'_, PyAny>) -> PyResult<(Vec<u8>, u32)> {
     }
 }
 
+/// A raw hit: the value and its flags.
+type RawHit<'py> = (Bound<'py, PyBytes>, u32);
+
 /// What a typed read copied out under the lock.
 enum Fetched<'py> {
     Bytes(Bound<'py, PyBytes>),
@@ -225,11 +238,17 @@ fn decode<'py>(py: Python<'py>, f: Fetched<'py>) -> PyResult<Option<Bound<'py, P
         Fetched::Small(FLAG_INT, 8, b) => {
             i64::from_le_bytes(b[..8].try_into().expect("8")).into_pyobject(py)?.into_any()
         }
-        Fetched::Small(FLAG_FLOAT, 8, b) => PyFloat::new(py, f64::from_le_bytes(b[..8].try_into().expect("8"))).into_any(),
-        Fetched::Small(FLAG_BOOL, 1, b) if b[0] <= 1 => PyBool::new(py, b[0] == 1).to_owned().into_any(),
+        Fetched::Small(FLAG_FLOAT, 8, b) => {
+            PyFloat::new(py, f64::from_le_bytes(b[..8].try_into().expect("8"))).into_any()
+        }
+        Fetched::Small(FLAG_BOOL, 1, b) if b[0] <= 1 => {
+            PyBool::new(py, b[0] == 1).to_owned().into_any()
+        }
         Fetched::Small(FLAG_NONE, 0, _) => py.None().into_bound(py),
         Fetched::Small(..) => return Ok(None),
-        Fetched::Other(flags, b) => PyTuple::new(py, [flags.into_pyobject(py)?.into_any(), b.into_any()])?.into_any(),
+        Fetched::Other(flags, b) => {
+            PyTuple::new(py, [flags.into_pyobject(py)?.into_any(), b.into_any()])?.into_any()
+        }
     }))
 }
 
@@ -311,10 +330,18 @@ impl NativeCache {
             return Err(raise(py, &INVALID, format!("size must be >= 0, got {size}")));
         }
         if !(0..=65536).contains(&shards) {
-            return Err(raise(py, &INVALID, format!("shards must be 0 (auto) or a power of two up to 65536, got {shards}")));
+            return Err(raise(
+                py,
+                &INVALID,
+                format!("shards must be 0 (auto) or a power of two up to 65536, got {shards}"),
+            ));
         }
         if default_ttl_ms < 0 {
-            return Err(raise(py, &INVALID, format!("default_ttl_ms must be >= 0, got {default_ttl_ms}")));
+            return Err(raise(
+                py,
+                &INVALID,
+                format!("default_ttl_ms must be >= 0, got {default_ttl_ms}"),
+            ));
         }
         let opts = OpenOptions {
             size: if size == 0 { None } else { Some(size as usize) },
@@ -324,11 +351,7 @@ impl NativeCache {
             allow_foreign_owner,
         };
         let inner = Cache::open(&path, &opts).or_py(py)?;
-        Ok(NativeCache {
-            inner,
-            prefix,
-            default_ttl_ms: default_ttl_ms as u64,
-        })
+        Ok(NativeCache { inner, prefix, default_ttl_ms: default_ttl_ms as u64 })
     }
 
     #[getter]
@@ -362,7 +385,11 @@ impl NativeCache {
 
     // ---- raw bytes path
 
-    fn get<'py>(&self, py: Python<'py>, key: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyBytes>>> {
+    fn get<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<Bound<'py, PyBytes>>> {
         with_key(&self.prefix, key, |k| {
             self.inner
                 .get_with(k, |e| {
@@ -376,7 +403,11 @@ impl NativeCache {
         })
     }
 
-    fn get_entry<'py>(&self, py: Python<'py>, key: &Bound<'py, PyAny>) -> PyResult<Option<(Bound<'py, PyBytes>, u32)>> {
+    fn get_entry<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<(Bound<'py, PyBytes>, u32)>> {
         with_key(&self.prefix, key, |k| {
             let got = self
                 .inner
@@ -394,24 +425,49 @@ impl NativeCache {
     }
 
     #[pyo3(signature = (key, value, ttl_ms=None, flags=0))]
-    fn set(&self, py: Python<'_>, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>, ttl_ms: Option<i64>, flags: u32) -> PyResult<()> {
+    fn set(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+        ttl_ms: Option<i64>,
+        flags: u32,
+    ) -> PyResult<()> {
         let ttl = ttl_arg(ttl_ms, self.default_ttl_ms)?;
         with_value(value, |v| self.store(py, key, v, flags, ttl, 0)).map(|_| ())
     }
 
     #[pyo3(signature = (key, value, ttl_ms=None, flags=0))]
-    fn add(&self, py: Python<'_>, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>, ttl_ms: Option<i64>, flags: u32) -> PyResult<bool> {
+    fn add(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+        ttl_ms: Option<i64>,
+        flags: u32,
+    ) -> PyResult<bool> {
         let ttl = ttl_arg(ttl_ms, self.default_ttl_ms)?;
         with_value(value, |v| self.store(py, key, v, flags, ttl, 1))
     }
 
     #[pyo3(signature = (key, value, ttl_ms=None, flags=0))]
-    fn replace(&self, py: Python<'_>, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>, ttl_ms: Option<i64>, flags: u32) -> PyResult<bool> {
+    fn replace(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+        ttl_ms: Option<i64>,
+        flags: u32,
+    ) -> PyResult<bool> {
         let ttl = ttl_arg(ttl_ms, self.default_ttl_ms)?;
         with_value(value, |v| self.store(py, key, v, flags, ttl, 2))
     }
 
-    fn pop<'py>(&self, py: Python<'py>, key: &Bound<'py, PyAny>) -> PyResult<Option<(Bound<'py, PyBytes>, u32)>> {
+    fn pop<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<(Bound<'py, PyBytes>, u32)>> {
         with_key(&self.prefix, key, |k| {
             self.inner
                 .pop_with(k, |e| {
@@ -430,13 +486,25 @@ impl NativeCache {
     // ---- typed path
 
     #[pyo3(signature = (key, default=None))]
-    fn get_typed<'py>(&self, py: Python<'py>, key: &Bound<'py, PyAny>, default: Option<Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyAny>> {
-        let got = with_key(&self.prefix, key, |k| self.inner.get_with(k, |e| fetch(py, e)).or_py(py))?;
+    fn get_typed<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        default: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let got =
+            with_key(&self.prefix, key, |k| self.inner.get_with(k, |e| fetch(py, e)).or_py(py))?;
         self.typed_result(py, got, default)
     }
 
     #[pyo3(signature = (key, value, ttl_ms=None))]
-    fn set_typed(&self, py: Python<'_>, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>, ttl_ms: Option<i64>) -> PyResult<()> {
+    fn set_typed(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+        ttl_ms: Option<i64>,
+    ) -> PyResult<()> {
         let ttl = ttl_arg(ttl_ms, self.default_ttl_ms)?;
         if let Ok(b) = value.cast_exact::<PyBytes>() {
             // Fast path: no intermediate copy.
@@ -447,15 +515,27 @@ impl NativeCache {
     }
 
     #[pyo3(signature = (key, value, ttl_ms=None))]
-    fn add_typed(&self, py: Python<'_>, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>, ttl_ms: Option<i64>) -> PyResult<bool> {
+    fn add_typed(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+        ttl_ms: Option<i64>,
+    ) -> PyResult<bool> {
         let ttl = ttl_arg(ttl_ms, self.default_ttl_ms)?;
         let (payload, flags) = encode_native(value)?;
         self.store(py, key, &payload, flags, ttl, 1)
     }
 
     #[pyo3(signature = (key, default=None))]
-    fn pop_typed<'py>(&self, py: Python<'py>, key: &Bound<'py, PyAny>, default: Option<Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyAny>> {
-        let got = with_key(&self.prefix, key, |k| self.inner.pop_with(k, |e| fetch(py, e)).or_py(py))?;
+    fn pop_typed<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        default: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let got =
+            with_key(&self.prefix, key, |k| self.inner.pop_with(k, |e| fetch(py, e)).or_py(py))?;
         self.typed_result(py, got, default)
     }
 
@@ -481,10 +561,19 @@ impl NativeCache {
     }
 
     #[pyo3(signature = (key, delta=1, initial=Some(0), ttl_ms=None))]
-    fn incr(&self, py: Python<'_>, key: &Bound<'_, PyAny>, delta: i128, initial: Option<i128>, ttl_ms: Option<i64>) -> PyResult<i64> {
+    fn incr(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        delta: i128,
+        initial: Option<i128>,
+        ttl_ms: Option<i64>,
+    ) -> PyResult<i64> {
         let ttl = ttl_arg(ttl_ms, self.default_ttl_ms)?;
         let narrow = |v: i128| {
-            i64::try_from(v).map_err(|_| raise(py, &OVERFLOW, format!("{v} is outside the signed 64-bit range")))
+            i64::try_from(v).map_err(|_| {
+                raise(py, &OVERFLOW, format!("{v} is outside the signed 64-bit range"))
+            })
         };
         let delta = narrow(delta)?;
         let initial = initial.map(narrow).transpose()?;
@@ -509,9 +598,13 @@ impl NativeCache {
         }
     }
 
-    fn get_many<'py>(&self, py: Python<'py>, keys: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
+    fn get_many<'py>(
+        &self,
+        py: Python<'py>,
+        keys: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
         let keys = collect_keys(&self.prefix, keys)?;
-        let mut out: Vec<Option<PyResult<(Bound<'py, PyBytes>, u32)>>> = (0..keys.len()).map(|_| None).collect();
+        let mut out: Vec<Option<PyResult<RawHit<'py>>>> = (0..keys.len()).map(|_| None).collect();
         self.inner
             .get_many_with(&keys, |i, e| {
                 let flags = e.flags();
@@ -534,7 +627,11 @@ impl NativeCache {
         PyList::new(py, items)
     }
 
-    fn get_many_typed<'py>(&self, py: Python<'py>, keys: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
+    fn get_many_typed<'py>(
+        &self,
+        py: Python<'py>,
+        keys: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
         let keys = collect_keys(&self.prefix, keys)?;
         let mut out: Vec<Option<PyResult<Fetched<'py>>>> = (0..keys.len()).map(|_| None).collect();
         self.inner.get_many_with(&keys, |i, e| out[i] = Some(fetch(py, e))).or_py(py)?;
@@ -549,7 +646,12 @@ impl NativeCache {
     }
 
     #[pyo3(signature = (items, ttl_ms=None))]
-    fn set_many(&self, py: Python<'_>, items: &Bound<'_, PyAny>, ttl_ms: Option<i64>) -> PyResult<()> {
+    fn set_many(
+        &self,
+        py: Python<'_>,
+        items: &Bound<'_, PyAny>,
+        ttl_ms: Option<i64>,
+    ) -> PyResult<()> {
         let ttl = ttl_arg(ttl_ms, self.default_ttl_ms)?;
         let mut triples: Vec<(Vec<u8>, Vec<u8>, u32)> = Vec::new();
         for item in items.try_iter()? {
@@ -667,7 +769,12 @@ impl NativeCache {
     /// Test hook for crash-recovery tests: lock the key's shard, leave it
     /// half-written and sleep `seconds` (the caller is expected to be
     /// killed meanwhile). Releases the GIL while sleeping.
-    fn _debug_hold_shard_mid_write(&self, py: Python<'_>, key: &Bound<'_, PyAny>, seconds: f64) -> PyResult<()> {
+    fn _debug_hold_shard_mid_write(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        seconds: f64,
+    ) -> PyResult<()> {
         let k = with_key(&self.prefix, key, |k| Ok(k.to_vec()))?;
         let d = std::time::Duration::from_secs_f64(seconds.max(0.0));
         py.detach(|| self.inner.debug_hold_shard_mid_write(&k, d)).or_py(py)

@@ -9,10 +9,8 @@ pub struct TempDir(pub PathBuf);
 
 impl TempDir {
     pub fn new(tag: &str) -> TempDir {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
+        let nanos =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
         let p = std::env::temp_dir().join(format!("nc-test-{tag}-{}-{nanos}", std::process::id()));
         std::fs::create_dir_all(&p).unwrap();
         use std::os::unix::fs::PermissionsExt;
@@ -31,11 +29,7 @@ impl Drop for TempDir {
 }
 
 pub fn opts(size: usize, shards: usize) -> OpenOptions {
-    OpenOptions {
-        size: Some(size),
-        shards,
-        ..OpenOptions::default()
-    }
+    OpenOptions { size: Some(size), shards, ..OpenOptions::default() }
 }
 
 pub fn open(dir: &TempDir, name: &str, size: usize, shards: usize) -> Cache {

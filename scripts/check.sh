@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The whole test suite: formatting, lints, type checks, the engine's Rust
+# tests (unit, property, multi-process, hit ratio, corrupt-file fuzzing),
+# the Python tests (with real redis-server and memcached on loopback), and
+# Django's own cache test suite against nearcache's backend.
+# Assumes scripts/install-deps.sh ran (make test does both).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+step() { printf '\n==> %s\n' "$*"; }
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+step "cargo clippy"
+cargo clippy --workspace --all-targets -- -D warnings
+step "cargo test"
+cargo test --workspace
+step "fuzz smoke run: corrupt shards and headers (proptest)"
+PROPTEST_CASES="${FUZZ_CASES:-2000}" cargo test -p nearcache-core --test security -- corrupt
+step "ruff"
+ruff check python tests benchmarks
+ruff format --check python tests benchmarks
+step "mypy --strict"
+mypy
+step "pytest"
+python3 -m pytest -q tests/python
+if [ -x tests/django/run.sh ]; then
+    step "Django's cache test suite"
+    tests/django/run.sh
+fi

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Install everything the test suite and the benchmarks need on a fresh
+# Debian machine: redis-server and memcached (Debian packages; tests start
+# their own instances on free loopback ports), and nearcache itself with its
+# test and benchmark extras (this builds the Rust extension with maturin).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
+command -v memcached >/dev/null 2>&1 || need_apt+=(memcached)
+if [ ${#need_apt[@]} -gt 0 ]; then
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get update -qq
+    # policy-rc.d keeps the packages' own services from starting: the tests
+    # start their own servers on free loopback ports and stop them.
+    if [ -d /usr/sbin ] && [ ! -e /usr/sbin/policy-rc.d ]; then
+        printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+        $SUDO chmod +x /usr/sbin/policy-rc.d
+        trap '$SUDO rm -f /usr/sbin/policy-rc.d' EXIT
+    fi
+    $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+python3 -m pip install -q -e ".[test]"
