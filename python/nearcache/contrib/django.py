@@ -1,0 +1,502 @@
+"""Django cache backends backed by nearcache.
+
+``NearCache`` stores Django's cache in a nearcache shared-memory file, so
+every worker process of a host (gunicorn, uWSGI, Celery...) shares one cache
+without a server::
+
+    CACHES = {
+        "default": {
+            "BACKEND": "nearcache.contrib.django.NearCache",
+            "LOCATION": "mysite",          # a name under /dev/shm, or a path
+            "TIMEOUT": 300,
+            "OPTIONS": {
+                "size": "256MiB",
+                "MAX_ENTRIES": None,       # let the byte budget alone bound it
+            },
+        }
+    }
+
+What Django documents for cache backends holds here:
+
+* ``TIMEOUT``, ``KEY_PREFIX``, ``VERSION`` and ``KEY_FUNCTION`` work as for
+  every backend.  A ``timeout`` of ``None`` never expires; ``0`` or less
+  expires at once (``set`` removes the key, ``add`` stores nothing and
+  returns True when the key was absent, ``touch`` removes it).
+* ``MAX_ENTRIES`` (default 300) and ``CULL_FREQUENCY`` (default 3) work as
+  in Django's local-memory and file backends: before a value is added while
+  the cache holds ``MAX_ENTRIES`` entries or more, ``1/CULL_FREQUENCY`` of
+  the entries (picked at random) are deleted, or all of them when
+  ``CULL_FREQUENCY`` is 0.  The count covers the whole cache file, as the
+  file backend counts every file of its directory.  ``MAX_ENTRIES: None``
+  (a nearcache extension) turns counting off: the engine then bounds the
+  cache by its size alone, evicting by its own policy.
+* Keys are validated as by Django's built-in backends: a key that memcached
+  would refuse raises a :class:`~django.core.cache.CacheKeyWarning` and is
+  still used.  Keys longer than :data:`LONG_KEY` characters are stored under
+  their SHA-256 digest.
+* ``incr``/``decr`` are atomic across processes for integers stored by this
+  backend (the engine's native 64-bit counter); other numbers (``float``,
+  ``bool``, integers beyond 64 bits) fall back to Django's get-then-set.
+  Like every backend, a missing key raises ``ValueError`` and a value that
+  cannot be added to raises ``TypeError``; the entry keeps its expiry.
+* ``get_many``/``set_many``/``delete_many`` take each shard's lock once.
+* The async methods (``aget``, ``aset``, ...) run the in-memory operation
+  directly in the event loop; there is no thread hop, since an operation
+  takes microseconds and never waits on I/O.  Only when (de)serializing a
+  value needs the database (pickling a lazy ``QuerySet`` evaluates it, which
+  Django forbids in async code) is the call run in a thread instead, as
+  Django's default async methods always do.
+* A value too large for the cache is not stored (a warning is logged) and
+  any older value of the key is deleted, as Django's memcached backends do;
+  ``set_many`` returns such keys.  A value the serializer cannot encode
+  raises the serializer's error (``pickle.PickleError`` for pickle).
+
+Other ``OPTIONS`` are passed to :class:`nearcache.Cache`: ``size``,
+``shards``, ``serializer``, ``compress``, ``compress_threshold``,
+``signing_key``, ``prefix``, ``recreate``, ``allow_foreign_owner``.  The
+cache file is mapped once per process and shared by every alias and thread
+that names the same ``LOCATION`` and options; ``close()`` (which Django calls
+after each request) keeps it mapped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import os
+import random
+import threading
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, Final
+
+from asgiref.sync import sync_to_async
+from django.core.cache.backends.base import (  # type: ignore[import-untyped]
+    DEFAULT_TIMEOUT,
+    BaseCache,
+)
+from django.core.exceptions import (  # type: ignore[import-untyped]
+    ImproperlyConfigured,
+    SynchronousOnlyOperation,
+)
+
+from nearcache.cache import Cache
+from nearcache.errors import NotACounterError, SerializationError, ValueTooLargeError
+from nearcache.units import MAX_TTL_MS
+
+__all__ = ["LONG_KEY", "NearCache"]
+
+logger = logging.getLogger("nearcache.contrib.django")
+
+#: Keys longer than this many characters are stored under their SHA-256 digest.
+LONG_KEY: Final = 1024
+#: Name of the cache file when ``LOCATION`` is empty.
+DEFAULT_LOCATION: Final = "django"
+#: ``OPTIONS`` passed through to :class:`nearcache.Cache`.
+CACHE_OPTIONS: Final = frozenset(
+    {
+        "size",
+        "shards",
+        "serializer",
+        "compress",
+        "compress_threshold",
+        "signing_key",
+        "prefix",
+        "recreate",
+        "allow_foreign_owner",
+    }
+)
+
+_MISSING: Final = object()
+# A Django timeout of 0 or less: the value expires at once.
+_EXPIRED: Final = object()
+_MAX_TTL_SECONDS: Final = MAX_TTL_MS // 1000
+
+_open_caches: dict[tuple[Any, ...], Cache] = {}
+_open_lock = threading.Lock()
+
+
+def _freeze(value: Any) -> Any:
+    """A hashable stand-in for an option value (identity for unhashable objects)."""
+    try:
+        hash(value)
+    except TypeError:
+        return ("id", id(value))
+    return value
+
+
+def open_cache(location: str, options: Mapping[str, Any]) -> Cache:
+    """Return this process's :class:`~nearcache.Cache` for ``location``.
+
+    ``location`` is a cache name (a file in nearcache's default directory) or,
+    when it contains ``/`` or starts with ``~``, a path.  One object is kept
+    per location and options, so every Django alias and thread naming the
+    same file shares one mapping.
+    """
+    key = (location, tuple(sorted((k, _freeze(v)) for k, v in options.items())))
+    with _open_lock:
+        cache = _open_caches.get(key)
+        if cache is None or cache.closed:
+            if "/" in location or location.startswith("~"):
+                cache = Cache(path=os.path.expanduser(location), **options)
+            else:
+                cache = Cache(location or DEFAULT_LOCATION, **options)
+            _open_caches[key] = cache
+        return cache
+
+
+def _long_key(key: str) -> str:
+    return "nearcache:sha256:" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+class NearCache(BaseCache):  # type: ignore[misc]
+    """Django cache backend storing entries in a nearcache shared-memory file.
+
+    See the module documentation for the settings it reads and the semantics
+    of each operation.
+    """
+
+    def __init__(self, location: str, params: dict[str, Any]) -> None:
+        """Read Django's cache settings and open (or create) the cache file."""
+        super().__init__(params)
+        options = dict(params.get("OPTIONS") or {})
+        max_entries = params.get("max_entries", options.pop("MAX_ENTRIES", 300))
+        options.pop("CULL_FREQUENCY", None)
+        # BaseCache turned MAX_ENTRIES into an int (300 for None); None means
+        # "no entry limit" here.
+        self._max_entries: int | None = None if max_entries is None else self._max_entries
+        unknown = set(options) - CACHE_OPTIONS
+        if unknown:
+            hint = " (use TIMEOUT for the default expiry)" if "ttl" in unknown else ""
+            raise ImproperlyConfigured(
+                f"unknown OPTIONS for {type(self).__name__}: {', '.join(sorted(unknown))}{hint}; "
+                f"valid: MAX_ENTRIES, CULL_FREQUENCY, {', '.join(sorted(CACHE_OPTIONS))}"
+            )
+        self._location = location
+        self._cache: Any = self._open(location, options)
+
+    def _open(self, location: str, options: dict[str, Any]) -> Any:
+        """Open the store; subclasses open something else with the same API."""
+        try:
+            return open_cache(location, options)
+        except (TypeError, ValueError) as exc:
+            raise ImproperlyConfigured(f"invalid nearcache cache {location!r}: {exc}") from exc
+
+    @property
+    def cache(self) -> Any:
+        """The underlying :class:`nearcache.Cache` (for stats, ttl, memoize...)."""
+        return self._cache
+
+    # ------------------------------------------------------------------ helpers
+
+    def _key(self, key: Any, version: int | None) -> str:
+        """Django's key (made and validated), shortened when very long."""
+        made: str = self.make_and_validate_key(key, version=version)
+        if len(made) > LONG_KEY or not made:
+            return _long_key(made)
+        return made
+
+    def _ttl(self, timeout: Any) -> Any:
+        """Django timeout -> nearcache TTL: seconds, 0 (never) or :data:`_EXPIRED`."""
+        if timeout is DEFAULT_TIMEOUT:
+            timeout = self.default_timeout
+        if timeout is None:
+            return 0
+        if timeout <= 0:
+            return _EXPIRED
+        if timeout >= _MAX_TTL_SECONDS:
+            return 0
+        return timeout
+
+    def _cull(self) -> None:
+        """Make room as Django's local backends do before storing a new entry."""
+        max_entries = self._max_entries
+        if max_entries is None:
+            return
+        cache = self._cache
+        if len(cache) < max_entries:
+            return
+        if self._cull_frequency == 0:
+            cache.clear()
+            return
+        keys = cache.keys()
+        doomed = len(keys) // self._cull_frequency
+        if doomed > 0:
+            cache.delete_many(random.sample(keys, doomed))
+
+    def _store(self, key: str, value: Any, ttl: Any) -> bool:
+        """Set one value (culling first); False if it was too large to store."""
+        self._cull()
+        try:
+            self._cache.set(key, value, ttl)
+        except ValueTooLargeError as exc:
+            self._too_large(key, exc)
+            return False
+        except SerializationError as exc:
+            raise _original(exc) from None
+        return True
+
+    def _too_large(self, key: str, exc: Exception) -> None:
+        self._cache.delete(key)
+        logger.warning("value for cache key %r not stored: %s", key, exc)
+
+    # ---------------------------------------------------------------- sync API
+
+    def add(
+        self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: int | None = None
+    ) -> bool:
+        """Store ``value`` if ``key`` is absent; return whether it was absent."""
+        key = self._key(key, version)
+        ttl = self._ttl(timeout)
+        cache = self._cache
+        if ttl is _EXPIRED:
+            return key not in cache
+        if self._max_entries is not None and key not in cache:
+            self._cull()
+        try:
+            added: bool = cache.add(key, value, ttl)
+        except ValueTooLargeError as exc:
+            logger.warning("value for cache key %r not stored: %s", key, exc)
+            return False
+        except SerializationError as exc:
+            raise _original(exc) from None
+        return added
+
+    def get(self, key: Any, default: Any = None, version: int | None = None) -> Any:
+        """Return the value of ``key``, or ``default`` if it is missing or expired."""
+        return self._cache.get(self._key(key, version), default)
+
+    def set(
+        self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: int | None = None
+    ) -> None:
+        """Store ``value`` under ``key``."""
+        key = self._key(key, version)
+        ttl = self._ttl(timeout)
+        if ttl is _EXPIRED:
+            self._cache.delete(key)
+            return
+        self._store(key, value, ttl)
+
+    def touch(self, key: Any, timeout: Any = DEFAULT_TIMEOUT, version: int | None = None) -> bool:
+        """Give ``key`` a new expiry; return whether it exists."""
+        key = self._key(key, version)
+        ttl = self._ttl(timeout)
+        if ttl is _EXPIRED:
+            deleted: bool = self._cache.delete(key)
+            return deleted
+        touched: bool = self._cache.touch(key, ttl)
+        return touched
+
+    def delete(self, key: Any, version: int | None = None) -> bool:
+        """Delete ``key``; return whether it existed."""
+        deleted: bool = self._cache.delete(self._key(key, version))
+        return deleted
+
+    def has_key(self, key: Any, version: int | None = None) -> bool:
+        """Whether ``key`` is present and not expired."""
+        return self._key(key, version) in self._cache
+
+    def get_many(self, keys: Iterable[Any], version: int | None = None) -> dict[Any, Any]:
+        """Return ``{key: value}`` for the keys present (one lock per shard)."""
+        made = {self._key(key, version): key for key in keys}
+        if not made:
+            return {}
+        found = self._cache.get_many(list(made))
+        return {made[k]: v for k, v in found.items()}
+
+    def set_many(
+        self,
+        data: Mapping[Any, Any],
+        timeout: Any = DEFAULT_TIMEOUT,
+        version: int | None = None,
+    ) -> list[Any]:
+        """Store every item of ``data``; return the keys that were too large to store."""
+        made = {self._key(key, version): (key, value) for key, value in data.items()}
+        if not made:
+            return []
+        ttl = self._ttl(timeout)
+        cache = self._cache
+        if ttl is _EXPIRED:
+            cache.delete_many(list(made))
+            return []
+        if self._max_entries is None or len(made) <= self._max_entries - len(cache):
+            # No cull would happen part-way through: one batch.
+            try:
+                cache.set_many({k: value for k, (_, value) in made.items()}, ttl)
+                return []
+            except ValueTooLargeError:
+                pass  # store one by one to learn which keys failed
+            except SerializationError as exc:
+                raise _original(exc) from None
+        return [key for k, (key, value) in made.items() if not self._store(k, value, ttl)]
+
+    def delete_many(self, keys: Iterable[Any], version: int | None = None) -> None:
+        """Delete every key of ``keys`` (one lock per shard)."""
+        made = [self._key(key, version) for key in keys]
+        if made:
+            self._cache.delete_many(made)
+
+    def incr(self, key: Any, delta: int = 1, version: int | None = None) -> Any:
+        """Add ``delta`` to the number under ``key``; atomic for 64-bit integers.
+
+        Raises ``ValueError`` if ``key`` is missing, ``TypeError`` if its value
+        is not a number.  The entry keeps its expiry.
+        """
+        key = self._key(key, version)
+        try:
+            return self._cache.incr(key, delta, None)
+        except KeyError:
+            raise ValueError(f"Key '{key}' not found") from None
+        except (NotACounterError, OverflowError, TypeError):
+            pass
+        # Not a native 64-bit counter (float, bool, big int, None...): get-then-set.
+        value = self._cache.get(key, _MISSING)
+        if value is _MISSING:
+            raise ValueError(f"Key '{key}' not found")
+        new_value = value + delta
+        remaining = self._cache.ttl(key)
+        if remaining is None:
+            raise ValueError(f"Key '{key}' not found")
+        self._cache.set(key, new_value, 0 if math.isinf(remaining) else remaining)
+        return new_value
+
+    def decr(self, key: Any, delta: int = 1, version: int | None = None) -> Any:
+        """Subtract ``delta``; see :meth:`incr`."""
+        return self.incr(key, -delta, version=version)
+
+    def clear(self) -> None:
+        """Remove every entry of the cache file (every alias sharing it too)."""
+        self._cache.clear()
+
+    def close(self, **kwargs: Any) -> None:
+        """Called by Django after each request: the file stays mapped for the next."""
+
+    # --------------------------------------------------------------- async API
+    # An operation is a few microseconds of in-memory work that never waits on
+    # I/O, so it runs directly in the event loop, without sync_to_async.  The
+    # one exception: (de)serializing a value runs user code, which may touch
+    # the database (pickling a lazy QuerySet evaluates it) and so raise
+    # SynchronousOnlyOperation in async code; such a call is run again in a
+    # thread, as Django's default async methods always do.  Nothing is written
+    # before a value is serialized, so the retry is safe.
+
+    async def aadd(
+        self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: int | None = None
+    ) -> bool:
+        """Async :meth:`add`."""
+        try:
+            return self.add(key, value, timeout, version)
+        except SynchronousOnlyOperation:
+            added: bool = await _in_thread(self.add)(key, value, timeout, version)
+            return added
+
+    async def aget(self, key: Any, default: Any = None, version: int | None = None) -> Any:
+        """Async :meth:`get`."""
+        try:
+            return self.get(key, default, version)
+        except SynchronousOnlyOperation:
+            return await _in_thread(self.get)(key, default, version)
+
+    async def aset(
+        self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: int | None = None
+    ) -> None:
+        """Async :meth:`set`."""
+        try:
+            self.set(key, value, timeout, version)
+        except SynchronousOnlyOperation:
+            await _in_thread(self.set)(key, value, timeout, version)
+
+    async def atouch(
+        self, key: Any, timeout: Any = DEFAULT_TIMEOUT, version: int | None = None
+    ) -> bool:
+        """Async :meth:`touch`."""
+        return self.touch(key, timeout, version)
+
+    async def adelete(self, key: Any, version: int | None = None) -> bool:
+        """Async :meth:`delete`."""
+        return self.delete(key, version)
+
+    async def ahas_key(self, key: Any, version: int | None = None) -> bool:
+        """Async :meth:`has_key`."""
+        return self.has_key(key, version)
+
+    async def aget_many(self, keys: Iterable[Any], version: int | None = None) -> dict[Any, Any]:
+        """Async :meth:`get_many`."""
+        keys = list(keys)
+        try:
+            return self.get_many(keys, version)
+        except SynchronousOnlyOperation:
+            found: dict[Any, Any] = await _in_thread(self.get_many)(keys, version)
+            return found
+
+    async def aset_many(
+        self,
+        data: Mapping[Any, Any],
+        timeout: Any = DEFAULT_TIMEOUT,
+        version: int | None = None,
+    ) -> list[Any]:
+        """Async :meth:`set_many`."""
+        try:
+            return self.set_many(data, timeout, version)
+        except SynchronousOnlyOperation:
+            failed: list[Any] = await _in_thread(self.set_many)(data, timeout, version)
+            return failed
+
+    async def adelete_many(self, keys: Iterable[Any], version: int | None = None) -> None:
+        """Async :meth:`delete_many`."""
+        self.delete_many(keys, version)
+
+    async def aget_or_set(
+        self, key: Any, default: Any, timeout: Any = DEFAULT_TIMEOUT, version: int | None = None
+    ) -> Any:
+        """Async :meth:`get_or_set` (a callable ``default`` is called without a thread hop)."""
+        try:
+            return self.get_or_set(key, default, timeout, version)
+        except SynchronousOnlyOperation:
+            return await _in_thread(self.get_or_set)(key, default, timeout, version)
+
+    async def aincr(self, key: Any, delta: int = 1, version: int | None = None) -> Any:
+        """Async :meth:`incr`."""
+        try:
+            return self.incr(key, delta, version)
+        except SynchronousOnlyOperation:
+            return await _in_thread(self.incr)(key, delta, version)
+
+    async def adecr(self, key: Any, delta: int = 1, version: int | None = None) -> Any:
+        """Async :meth:`decr`."""
+        return await self.aincr(key, -delta, version)
+
+    async def aincr_version(self, key: Any, delta: int = 1, version: int | None = None) -> int:
+        """Async :meth:`incr_version`."""
+        try:
+            new_version: int = self.incr_version(key, delta, version)
+        except SynchronousOnlyOperation:
+            new_version = await _in_thread(self.incr_version)(key, delta, version)
+        return new_version
+
+    async def adecr_version(self, key: Any, delta: int = 1, version: int | None = None) -> int:
+        """Async :meth:`decr_version`."""
+        return await self.aincr_version(key, -delta, version)
+
+    async def aclear(self) -> None:
+        """Async :meth:`clear`."""
+        self.clear()
+
+    async def aclose(self, **kwargs: Any) -> None:
+        """Async :meth:`close`."""
+        self.close(**kwargs)
+
+
+def _in_thread(method: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
+    """``method`` run by asgiref in a thread, as Django's default async methods run."""
+    wrapped: Callable[..., Awaitable[Any]] = sync_to_async(method, thread_sensitive=True)
+    return wrapped
+
+
+def _original(exc: SerializationError) -> BaseException:
+    """The serializer's own exception (e.g. ``pickle.PickleError``) behind ``exc``.
+
+    Django code (and Django's test suite) expects the serializer's error, as
+    its own backends raise it.
+    """
+    return exc.__cause__ if isinstance(exc.__cause__, Exception) else exc
