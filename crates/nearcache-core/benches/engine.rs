@@ -12,7 +12,10 @@ fn key(i: usize) -> Vec<u8> {
 }
 
 fn open(tag: &str, size: usize) -> (Cache, std::path::PathBuf) {
-    let dir = std::env::temp_dir().join(format!("nc-bench-{tag}-{}", std::process::id()));
+    // In the default directory (tmpfs): the cache's intended home.
+    let dir = nearcache_core::default_directory()
+        .unwrap()
+        .join(format!("bench-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("c");
     let c =
