@@ -161,6 +161,12 @@ impl Cache {
     fn live(&self) -> Result<()> {
         if self.closed.load(Ordering::Relaxed) {
             Err(Error::Closed)
+        } else if self.map.broken() {
+            Err(Error::Corrupt(format!(
+                "{} was truncated by another program while mapped; its contents are gone \
+                 from this handle: reopen it",
+                self.path.display()
+            )))
         } else {
             Ok(())
         }

@@ -64,6 +64,8 @@ pub(crate) struct Mapping {
     pub(crate) file: File,
     pub(crate) ptr: *mut u8,
     pub(crate) len: usize,
+    /// Registration with the SIGBUS handler; released before munmap.
+    sigbus: Option<crate::sigbus::Guard>,
 }
 
 // SAFETY: the mapping is MAP_SHARED memory that is only accessed through
@@ -75,6 +77,7 @@ unsafe impl Sync for Mapping {}
 
 impl Drop for Mapping {
     fn drop(&mut self) {
+        drop(self.sigbus.take());
         // SAFETY: ptr/len come from a successful mmap and nobody uses the
         // mapping after the Cache that owns it is dropped.
         unsafe {
@@ -84,6 +87,18 @@ impl Drop for Mapping {
 }
 
 impl Mapping {
+    fn new(file: File, ptr: *mut u8, len: usize) -> Mapping {
+        let sigbus = Some(crate::sigbus::register(ptr, len));
+        Mapping { file, ptr, len, sigbus }
+    }
+
+    /// Whether another program truncated the file under the mapping (the
+    /// SIGBUS handler then replaced the mapping with private zero pages).
+    #[inline]
+    pub(crate) fn broken(&self) -> bool {
+        self.sigbus.as_ref().is_some_and(|g| g.broken())
+    }
+
     /// Write back dirty pages (meaningful for caches on a disk file system).
     pub(crate) fn flush(&self) -> Result<()> {
         // SAFETY: the range is exactly the live mapping.
@@ -361,7 +376,7 @@ pub(crate) fn open(
                 }
             }
             let ptr = map(&file, geo.total_size())?;
-            let m = Mapping { file, ptr, len: geo.total_size() };
+            let m = Mapping::new(file, ptr, geo.total_size());
             if exclusive {
                 reattach(&m, &geo)?;
                 downgrade(m.file.as_raw_fd())?;
@@ -454,7 +469,7 @@ fn create(
         }));
     }
     let ptr = map(&file, total).map_err(cleanup)?;
-    let m = Mapping { file, ptr, len: total };
+    let m = Mapping::new(file, ptr, total);
     ofd_lock(fd, libc::F_WRLCK, false).map_err(|e| cleanup(Error::io("OFD lock new file", e)))?;
     let mut header = vec![0u8; HEADER_SIZE];
     geo.write_header(&mut header, crate::shard::now_ms());

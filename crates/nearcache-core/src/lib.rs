@@ -9,7 +9,8 @@
 //! * [`lock`] — robust pthread mutexes and owner-death recovery,
 //! * `shard` — index, arena, compaction and eviction,
 //! * [`file`] — safe creation, attachment and permission checks,
-//! * [`cache`] — the public API routing keys to shards.
+//! * [`cache`] — the public API routing keys to shards,
+//! * `sigbus` — surviving a file truncated by another program while mapped.
 //!
 //! This crate has no Python dependency; all `unsafe` code of nearcache lives
 //! here, each block with a `SAFETY:` comment.
@@ -34,6 +35,7 @@ pub mod hash;
 pub mod layout;
 pub mod lock;
 mod shard;
+mod sigbus;
 pub mod stats;
 
 pub use cache::{Cache, CheckReport, Value, FLAG_INT};

@@ -18,6 +18,7 @@ fn spawn_child(role: &str, path: &Path, arg: &str) -> Child {
         .env("NC_CHILD", role)
         .env("NC_PATH", path)
         .env("NC_ARG", arg)
+        .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap()
 }

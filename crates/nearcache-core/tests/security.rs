@@ -174,3 +174,28 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn truncation_while_mapped_does_not_kill_the_process() {
+    let d = TempDir::new("sigbus");
+    let c = open(&d, "c", 1 << 20, 4);
+    for i in 0..500 {
+        c.set(format!("k{i}").as_bytes(), &[7u8; 300], 0, 0).unwrap();
+    }
+    // Another program truncates the file under our mapping.
+    let f = std::fs::OpenOptions::new().write(true).open(d.file("c")).unwrap();
+    f.set_len(4096).unwrap();
+    // The next access past the end faults; the handler swaps in zero pages
+    // and the handle reports the truncation from then on.
+    let first = (0..500).map(|i| c.get(format!("k{i}").as_bytes())).find(|r| r.is_err());
+    match first {
+        Some(Err(Error::Corrupt(m))) => assert!(m.contains("truncated"), "{m}"),
+        other => panic!("expected a truncation error, got {other:?}"),
+    }
+    assert!(matches!(c.set(b"k", b"v", 0, 0), Err(Error::Corrupt(_))));
+    drop(c);
+    // Reopening sees a short file: a clear error; recreate replaces it.
+    assert!(matches!(Cache::open(d.file("c"), &opts(1 << 20, 4)), Err(Error::Corrupt(_))));
+    let r = Cache::open(d.file("c"), &OpenOptions { recreate: true, ..opts(1 << 20, 4) }).unwrap();
+    r.set(b"k", b"v", 0, 0).unwrap();
+}
