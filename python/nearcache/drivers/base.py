@@ -177,7 +177,7 @@ class Driver(ABC):
     name: ClassVar[str] = "driver"
 
     #: Seconds: how much later than its TTL an entry may still be seen.
-    ttl_resolution: ClassVar[float] = 0.001
+    ttl_resolution: float = 0.001
 
     #: Whether the driver keeps what it is given (``False`` for the null driver).
     stores: ClassVar[bool] = True
@@ -218,6 +218,15 @@ class Driver(ABC):
         Seconds left is ``None`` for an entry that never expires.  A tiered
         cache uses it to never keep an L1 copy longer than the entry lives.
         """
+
+    def get_many_with_ttl(self, keys: Iterable[Key]) -> dict[Any, tuple[Any, float | None]]:
+        """Return ``{key: (value, seconds left)}`` for the keys that hit."""
+        found: dict[Any, tuple[Any, float | None]] = {}
+        for key in keys:
+            value, left = self.get_with_ttl(key, _MISSING)
+            if value is not _MISSING:
+                found[key] = (value, left)
+        return found
 
     def get_many(self, keys: Iterable[Key]) -> dict[Any, Any]:
         """Return ``{key: value}`` for the keys that hit (misses are left out).

@@ -143,7 +143,7 @@ class MemcachedDriver(Driver):
     """One or more memcached servers as a cache."""
 
     name: ClassVar[str] = "memcached"
-    ttl_resolution: ClassVar[float] = 2.0
+    ttl_resolution: float = 2.0
     max_value_size: int
 
     def __init__(
@@ -303,6 +303,24 @@ class MemcachedDriver(Driver):
                         value = self._decode(data, full, _MISS)
                         if value is not _MISS:
                             found[key] = value
+        except (MemcacheError, OSError) as exc:
+            self._fail(exc)
+        return found
+
+    def get_many_with_ttl(self, keys: Iterable[Key]) -> dict[Any, tuple[Any, float | None]]:
+        """get with many keys, then ``mg <key> t`` for each hit."""
+        given = list(keys)
+        values = self.get_many(given)
+        found: dict[Any, tuple[Any, float | None]] = {}
+        try:
+            for key, value in values.items():
+                mk, _ = self._keys(key)
+                remaining = _remaining(self._client(mk).raw_command(b"mg " + mk + b" t"))
+                if remaining is None:
+                    left: float | None = 0.001  # expired meanwhile
+                else:
+                    left = None if remaining < 0 else float(max(remaining, 1))
+                found[key] = (value, left)
         except (MemcacheError, OSError) as exc:
             self._fail(exc)
         return found

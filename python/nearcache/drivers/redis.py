@@ -225,6 +225,29 @@ class RedisDriver(Driver):
                     found[key] = value
         return found
 
+    def get_many_with_ttl(self, keys: Iterable[Key]) -> dict[Any, tuple[Any, float | None]]:
+        """MGET and one PTTL per key, pipelined in one round trip."""
+        given = list(keys)
+        ks = [self._k(key) for key in given]
+        self._check_open()
+        if not ks:
+            return {}
+        try:
+            with self._client.pipeline(transaction=False) as pipe:
+                pipe.mget(ks)
+                for k in ks:
+                    pipe.pttl(k)
+                values, *pttls = pipe.execute()
+        except redis.exceptions.RedisError as exc:
+            self._fail(exc)
+        found: dict[Any, tuple[Any, float | None]] = {}
+        for key, k, data, pttl in zip(given, ks, values, pttls, strict=True):
+            if data is not None:
+                value = self._decode(data, k, _MISS)
+                if value is not _MISS:
+                    found[key] = (value, max(pttl, 1) / 1000 if pttl != -1 else None)
+        return found
+
     def contains(self, key: Key) -> bool:
         """EXISTS."""
         k = self._k(key)

@@ -425,6 +425,17 @@ class DriverContract(_Base):
         assert value == "h"
         assert left is not None and 3600 - 5 < left <= 3600 + driver.ttl_resolution
 
+    def test_get_many_with_ttl(self, driver: Driver) -> None:
+        driver.set("forever", "f")
+        driver.set("hour", "h", ttl=3600)
+        found = driver.get_many_with_ttl(["forever", "hour", "missing"])
+        assert set(found) == {"forever", "hour"}
+        assert found["forever"] == ("f", None)
+        value, left = found["hour"]
+        assert value == "h"
+        assert left is not None and 3600 - 5 < left <= 3600 + driver.ttl_resolution
+        assert driver.get_many_with_ttl([]) == {}
+
     def test_expiry(self, make: _Factory) -> None:
         """Every way of giving an entry a TTL, checked with a single wait.
 
