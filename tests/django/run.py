@@ -49,10 +49,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# The current Django release and the previous LTS, pinned exactly.  Django 6.0
-# needs Python >= 3.12; on older interpreters the newest release that installs
-# is 5.2, itself an LTS.  Bump these when Django releases.
-PINNED_VERSIONS = ("5.2.19", "4.2.30")
+# The Django versions users run now, pinned exactly, with the oldest Python
+# each supports: the current release, the current LTS and the previous LTS.
+# Bump them when Django releases (`pip index versions django --python-version 3.12`).
+PINNED_VERSIONS: dict[str, tuple[int, int]] = {
+    "6.1.3": (3, 12),  # current release
+    "5.2.19": (3, 10),  # current LTS
+    "4.2.30": (3, 8),  # previous LTS
+}
+# Installed beside Django in a virtualenv of another interpreter than this one
+# (nearcache itself is then built from this checkout into it).
+FOREIGN_DEPS = ("redis>=5", "pymemcache>=4", "zstandard>=0.22", "msgpack>=1.0", "rich>=13")
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -88,8 +95,12 @@ def run(cmd: list[str], **kwargs: Any) -> None:
         )
 
 
-def fetch_tests(version: str, root: Path) -> Path:
-    """Download Django's sdist and extract its ``tests/``; return that directory."""
+def fetch_tests(version: str, root: Path, python: str) -> Path:
+    """Download Django's sdist and extract its ``tests/``; return that directory.
+
+    ``python`` runs pip: one whose version the Django release supports (pip
+    only offers a release to interpreters it declares support for).
+    """
     tests_dir = root / f"django-{version}" / "tests"
     if (tests_dir / "runtests.py").is_file() and (tests_dir / "cache" / "tests.py").is_file():
         return tests_dir
@@ -100,7 +111,7 @@ def fetch_tests(version: str, root: Path) -> Path:
         log(f"downloading the Django {version} source distribution")
         run(
             [
-                sys.executable,
+                python,
                 "-m",
                 "pip",
                 "download",
@@ -139,32 +150,95 @@ def fetch_tests(version: str, root: Path) -> Path:
     return tests_dir
 
 
-def make_venv(version: str, root: Path) -> Path:
-    """Return the Python of a virtualenv with exactly Django ``version`` installed."""
-    venv = root / "venvs" / f"django-{version}-py{sys.version_info[0]}{sys.version_info[1]}"
+def python_version(executable: str) -> tuple[int, int] | None:
+    """The (major, minor) version of a Python executable, or None if it does not run."""
+    try:
+        out = subprocess.run(
+            [executable, "-c", "import sys, venv; print(*sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=30,
+        ).stdout.split()
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return (int(out[0]), int(out[1])) if len(out) == 2 else None
+
+
+def find_python(minimum: tuple[int, int]) -> str:
+    """This interpreter if it is recent enough, else the oldest installed one that is."""
+    if sys.version_info[:2] >= minimum:
+        return sys.executable
+    candidates = [shutil.which(f"python3.{minor}") for minor in range(minimum[1], 20)]
+    pyenv_root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
+    candidates += [str(p) for p in sorted(pyenv_root.glob("versions/3.*/bin/python3"))]
+    candidates += [
+        str(p) for p in sorted(Path("/usr/bin").glob("python3.*")) if p.name[8:].isdigit()
+    ]
+    found: dict[tuple[int, int], str] = {}
+    for candidate in candidates:
+        if candidate:
+            version = python_version(candidate)
+            if version and version >= minimum:
+                found.setdefault(version, candidate)
+    if not found:
+        wanted = ".".join(map(str, minimum))
+        raise RuntimeError(f"no Python >= {wanted} found (looked on PATH and in {pyenv_root})")
+    return found[min(found)]
+
+
+def make_venv(version: str, root: Path, base: str) -> Path:
+    """Return the Python of a virtualenv with exactly Django ``version`` installed.
+
+    With this interpreter, the virtualenv sees its site-packages (nearcache,
+    redis, pymemcache...).  With another one (Django needs a newer Python),
+    it gets those packages from PyPI and nearcache built from this checkout.
+    """
+    major, minor = python_version(base) or (0, 0)
+    foreign = base != sys.executable
+    venv = root / "venvs" / f"django-{version}-py{major}{minor}"
     python = venv / "bin" / "python"
     check = [str(python), "-c", "import django; print(django.get_version())"]
+    got = ""
     if python.exists():
         got = subprocess.run(check, capture_output=True, text=True, check=False).stdout.strip()
-        if got == version:
-            return python
-        shutil.rmtree(venv)
-    log(f"creating a virtualenv with Django {version}")
-    run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)])
-    run(
-        [
-            str(python),
-            "-m",
-            "pip",
-            "install",
-            "--disable-pip-version-check",
-            "--quiet",
-            f"django=={version}",
-        ]
-    )
-    got = subprocess.run(check, capture_output=True, text=True, check=False).stdout.strip()
+        if got != version:
+            shutil.rmtree(venv)
     if got != version:
-        raise RuntimeError(f"the virtualenv {venv} has Django {got!r}, not {version}")
+        log(f"creating a virtualenv with Django {version} (Python {major}.{minor})")
+        run([base, "-m", "venv", *([] if foreign else ["--system-site-packages"]), str(venv)])
+        extra = FOREIGN_DEPS if foreign else ()
+        run([str(python), "-m", "pip", "install", "--quiet", f"django=={version}", *extra])
+        got = subprocess.run(check, capture_output=True, text=True, check=False).stdout.strip()
+        if got != version:
+            raise RuntimeError(f"the virtualenv {venv} has Django {got!r}, not {version}")
+    if foreign:
+        log(f"building nearcache from this checkout for Python {major}.{minor}")
+        env = {
+            **os.environ,
+            "CARGO_TARGET_DIR": str(root / f"cargo-target-py{major}{minor}"),
+            "MATURIN_PEP517_ARGS": "--profile dev",
+        }
+        run(
+            [
+                str(python),
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--no-deps",
+                "--force-reinstall",
+                str(REPO),
+            ],
+            env=env,
+        )
+    probe = [str(python), "-c", "import nearcache._native, nearcache.contrib.django"]
+    proc = subprocess.run(probe, capture_output=True, text=True, check=False, cwd=root)
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"nearcache is not importable with Django {version} ({python}); "
+            f"install it first (pip install -e .)\n{proc.stderr}"
+        )
     return python
 
 
@@ -227,7 +301,7 @@ class Servers:
             )
             self.procs.append(proc)
             wait_for_port(port, proc, "redis-server")
-            self.env[redis_var] = f"redis://127.0.0.1:{port}/0"
+            self.env[redis_var] = f"redis://127.0.0.1:{port}"
         if memcached_var:
             binary = shutil.which("memcached")
             if binary is None:
@@ -277,6 +351,7 @@ def run_job(
     version: str,
     group: str,
     root: Path,
+    pythons: dict[str, Path],
     suites: list[str],
     patterns: list[str],
     workdir: Path,
@@ -287,8 +362,8 @@ def run_job(
     log_path = workdir / f"{tag}.log"
     servers = Servers()
     try:
-        tests_dir = fetch_tests(version, root)
-        python = make_venv(version, root)
+        tests_dir = root / f"django-{version}" / "tests"
+        python = pythons[version]
         if group == "django":
             servers.start(
                 "NEARCACHE_DJTESTS_DJANGO_REDIS", "NEARCACHE_DJTESTS_DJANGO_MEMCACHED", workdir
@@ -444,7 +519,7 @@ def main(argv: list[str] | None = None) -> int:
         choices=GROUPS,
         help="django: Django's own classes; nearcache: nearcache's (default: both)",
     )
-    parser.add_argument("--jobs", type=int, default=4, help="runtests.py processes at once")
+    parser.add_argument("--jobs", type=int, default=6, help="runtests.py processes at once")
     parser.add_argument("--verbosity", type=int, default=2, help="runtests.py verbosity")
     args = parser.parse_args(argv)
 
@@ -454,9 +529,16 @@ def main(argv: list[str] | None = None) -> int:
     root = cache_root(args.cache_dir)
     root.mkdir(parents=True, exist_ok=True)
     # Download and install first, one version at a time (pip is not run twice at once).
-    for version in versions:
-        fetch_tests(version, root)
-        make_venv(version, root)
+    pythons: dict[str, Path] = {}
+    try:
+        for version in versions:
+            base = find_python(PINNED_VERSIONS.get(version, (3, 0)))
+            fetch_tests(version, root, base)
+            pythons[version] = make_venv(version, root, base)
+    except RuntimeError as exc:
+        print(f"Django {version}: setup failed: {exc}")
+        print("django-cache-suite: 0 passed, 1 failed")
+        return 1
     shm = Path("/dev/shm")
     workdir = Path(
         tempfile.mkdtemp(prefix="nearcache-djtests-", dir=shm if os.access(shm, os.W_OK) else None)
@@ -465,7 +547,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
             futures = [
-                pool.submit(run_job, v, g, root, suites, args.patterns, workdir, args.verbosity)
+                pool.submit(
+                    run_job, v, g, root, pythons, suites, args.patterns, workdir, args.verbosity
+                )
                 for v in versions
                 for g in groups
             ]

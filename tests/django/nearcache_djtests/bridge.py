@@ -60,10 +60,16 @@ class AsyncBridge:
             calls.append("a" + name)
             return async_to_sync(coroutine_function)(*args, **kwargs)
 
+        # Django >= 6.1 inspects ``cache.<method>.__func__`` to see which
+        # methods a backend overrides; answer with the backend's own function.
+        run.__func__ = getattr(type(backend), name)  # type: ignore[attr-defined]
         return run
 
     def __setattr__(self, name: str, value: Any) -> None:
         setattr(object.__getattribute__(self, "_backend"), name, value)
+
+    def __delattr__(self, name: str) -> None:
+        delattr(object.__getattribute__(self, "_backend"), name)
 
     def __contains__(self, key: Any) -> bool:
         has_key: Callable[[Any], bool] = self.__getattr__("has_key")
