@@ -462,6 +462,8 @@ class DriverContract(_Base):
         assert driver.touch("touched-forever", 0)
         driver.set("counter", 1, ttl=short)
         assert driver.incr("counter") == 2  # keeps the TTL
+        driver.set("counter-down", 1, ttl=short)
+        assert driver.decr("counter-down", 3) == -2  # so does decr, below zero
 
         defaulted.set("d-set", 1)
         defaulted.set("d-forever", 1, ttl=0)
@@ -478,6 +480,7 @@ class DriverContract(_Base):
             "many2",
             "touched-short",
             "counter",
+            "counter-down",
         ]
         staying = ["forever", "default-forever", "touched-forever"]
         d_expiring = ["d-set", "d-counter", "d-touched"]
