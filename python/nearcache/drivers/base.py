@@ -13,7 +13,8 @@ A key is ``str``, ``bytes`` or ``int``, turned into bytes exactly as
 are the same key, ints live in their own namespace (``1`` and ``"1"`` are
 different keys; ``True`` is the key ``1``).  Other types raise
 :class:`~nearcache.errors.KeyTypeError` (a ``TypeError``); the empty key
-raises :class:`~nearcache.errors.KeyTooLargeError` (a ``ValueError``).
+raises :class:`~nearcache.errors.InvalidKeyError` (a ``ValueError``; also
+known as ``KeyTooLargeError``).
 
 Values
 ------
@@ -50,14 +51,15 @@ Errors
 The errors are the same for every driver:
 
 * :class:`~nearcache.errors.KeyTypeError` and
-  :class:`~nearcache.errors.KeyTooLargeError` for bad keys (see above).
+  :class:`~nearcache.errors.InvalidKeyError` for bad keys (see above).
 * :class:`~nearcache.errors.ValueTooLargeError` when a value is larger than
   the store accepts (:attr:`Driver.max_value_size`); the entry under that key
   is left as it was.
 * :class:`~nearcache.errors.NotACounterError` (a ``TypeError``) for
   ``incr``/``decr`` on a value that is not an ``int``; ``KeyError`` for
-  ``incr`` on a missing key with ``default=None``; ``OverflowError`` when the
-  result leaves the signed 64-bit range (the entry is left as it was).
+  ``incr`` on a missing key with ``default=None``;
+  :class:`~nearcache.errors.CounterOverflowError` (an ``OverflowError``) when
+  the result leaves the signed 64-bit range (the entry is left as it was).
 * :class:`~nearcache.errors.CacheClosedError` for any call after
   :meth:`Driver.close`.
 * :class:`~nearcache.errors.SerializationError` (a ``TypeError``) when the
@@ -77,8 +79,9 @@ from typing import Any, ClassVar, TypeAlias, TypeVar
 from nearcache import units
 from nearcache.errors import (
     CacheClosedError,
+    CounterOverflowError,
     Error,
-    KeyTooLargeError,
+    InvalidKeyError,
     KeyTypeError,
     NotACounterError,
     SerializationError,
@@ -92,10 +95,11 @@ __all__ = [
     "TTL",
     "BackendError",
     "CacheClosedError",
+    "CounterOverflowError",
     "Driver",
     "Error",
+    "InvalidKeyError",
     "Key",
-    "KeyTooLargeError",
     "KeyTypeError",
     "NotACounterError",
     "SerializationError",
@@ -127,11 +131,11 @@ def key_bytes(key: Key) -> bytes:
 
     Raises:
         KeyTypeError: ``key`` is not ``str``, ``bytes`` or ``int``.
-        KeyTooLargeError: ``key`` is empty.
+        InvalidKeyError: ``key`` is empty.
     """
     data = encode_key(key)
     if not data:
-        raise KeyTooLargeError("the empty key is not a cache key")
+        raise InvalidKeyError("the empty key is not a cache key")
     return data
 
 
@@ -152,17 +156,17 @@ def check_counter_args(delta: int, default: int | None) -> None:
 
     Raises:
         TypeError: either is not an ``int`` (``bool`` is refused).
-        OverflowError: either is outside the signed 64-bit range.
+        CounterOverflowError: either is outside the signed 64-bit range.
     """
     if type(delta) is not int and (isinstance(delta, bool) or not isinstance(delta, int)):
         raise TypeError(f"delta must be an int, not {type(delta).__name__}")
     if not MIN_INT64 <= delta <= MAX_INT64:
-        raise OverflowError("delta is outside the signed 64-bit range")
+        raise CounterOverflowError("delta is outside the signed 64-bit range")
     if default is not None:
         if isinstance(default, bool) or not isinstance(default, int):
             raise TypeError(f"default must be an int or None, not {type(default).__name__}")
         if not MIN_INT64 <= default <= MAX_INT64:
-            raise OverflowError("default is outside the signed 64-bit range")
+            raise CounterOverflowError("default is outside the signed 64-bit range")
 
 
 class Driver(ABC):

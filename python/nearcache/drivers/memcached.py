@@ -79,6 +79,7 @@ from nearcache.drivers.base import (
     MIN_INT64,
     TTL,
     BackendError,
+    CounterOverflowError,
     Driver,
     Key,
     NotACounterError,
@@ -418,7 +419,9 @@ class MemcachedDriver(Driver):
                             result = self._create(client, mk, key, delta, default)
                         elif result > MAX_INT64:
                             client.decr(mk, delta, noreply=False)
-                            raise OverflowError("counter would leave the signed 64-bit range")
+                            raise CounterOverflowError(
+                                "counter would leave the signed 64-bit range"
+                            )
                 else:
                     result = self._incr_cas(client, mk, full, key, delta, default)
                 if result is not None:
@@ -435,7 +438,7 @@ class MemcachedDriver(Driver):
             raise KeyError(key)
         result = default + delta
         if not MIN_INT64 <= result <= MAX_INT64:
-            raise OverflowError("counter would leave the signed 64-bit range")
+            raise CounterOverflowError("counter would leave the signed 64-bit range")
         if client.add(mk, b"%d" % result, expire=self._exptime(None), noreply=False):
             return result
         return None
@@ -452,7 +455,7 @@ class MemcachedDriver(Driver):
             raise NotACounterError(f"the value under {key!r} is not an integer")
         result = value + delta
         if not MIN_INT64 <= result <= MAX_INT64:
-            raise OverflowError("counter would leave the signed 64-bit range")
+            raise CounterOverflowError("counter would leave the signed 64-bit range")
         remaining = _remaining(client.raw_command(b"mg " + mk + b" t"))
         if remaining is None:
             return None  # gone since gets: start over

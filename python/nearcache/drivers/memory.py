@@ -28,6 +28,7 @@ from nearcache.drivers.base import (
     MAX_INT64,
     MIN_INT64,
     TTL,
+    CounterOverflowError,
     Driver,
     Key,
     NotACounterError,
@@ -292,14 +293,14 @@ class MemoryDriver(Driver):
                     raise KeyError(key)
                 result = default + delta
                 if not MIN_INT64 <= result <= MAX_INT64:
-                    raise OverflowError("counter would leave the signed 64-bit range")
+                    raise CounterOverflowError("counter would leave the signed 64-bit range")
                 self._store(k, self._make_entry(k, result, None))
                 return result
             if entry.flags >= 0 or type(entry.value) is not int:
                 raise NotACounterError(f"the value under {key!r} is not an integer")
             result = entry.value + delta
             if not MIN_INT64 <= result <= MAX_INT64:
-                raise OverflowError("counter would leave the signed 64-bit range")
+                raise CounterOverflowError("counter would leave the signed 64-bit range")
             self._data[k] = entry._replace(value=result)
             return result
 

@@ -17,6 +17,7 @@ from nearcache.drivers.base import (
     MAX_INT64,
     MIN_INT64,
     TTL,
+    CounterOverflowError,
     Driver,
     Key,
     check_counter_args,
@@ -95,7 +96,7 @@ class NullDriver(Driver):
             raise KeyError(key)
         result = default + delta
         if not MIN_INT64 <= result <= MAX_INT64:
-            raise OverflowError("counter would leave the signed 64-bit range")
+            raise CounterOverflowError("counter would leave the signed 64-bit range")
         return result
 
     def clear(self) -> None:

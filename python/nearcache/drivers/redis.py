@@ -30,6 +30,7 @@ from redis.retry import Retry
 from nearcache.drivers.base import (
     TTL,
     BackendError,
+    CounterOverflowError,
     Driver,
     Key,
     NotACounterError,
@@ -359,7 +360,7 @@ class RedisDriver(Driver):
             if "NEARCACHE_MISSING" in message:
                 raise KeyError(key) from None
             if "overflow" in message:
-                raise OverflowError("counter would leave the signed 64-bit range") from None
+                raise CounterOverflowError("counter would leave the signed 64-bit range") from None
             if "not an integer" in message:
                 raise NotACounterError(f"the value under {key!r} is not an integer") from None
             self._fail(exc)

@@ -37,8 +37,9 @@ from nearcache.drivers.base import (
     MAX_INT64,
     MIN_INT64,
     CacheClosedError,
+    CounterOverflowError,
     Driver,
-    KeyTooLargeError,
+    InvalidKeyError,
     KeyTypeError,
     NotACounterError,
     SerializationError,
@@ -145,7 +146,7 @@ class _Base:
 
     def test_rejects_the_empty_key(self, driver: Driver) -> None:
         for key in ("", b""):
-            with pytest.raises(KeyTooLargeError):
+            with pytest.raises(InvalidKeyError):
                 driver.set(key, 1)
             with pytest.raises(ValueError):
                 driver.get(key)
@@ -163,7 +164,7 @@ class _Base:
             driver.incr("args", 1.5)  # type: ignore[arg-type]
         with pytest.raises(TypeError):
             driver.incr("args", True)
-        with pytest.raises(OverflowError):
+        with pytest.raises(CounterOverflowError):
             driver.incr("args", 2**63)
         assert driver.get("args", _MISS) is _MISS
 
@@ -362,14 +363,14 @@ class DriverContract(_Base):
 
     def test_incr_overflow_leaves_the_value(self, driver: Driver) -> None:
         driver.set("max", MAX_INT64)
-        with pytest.raises(OverflowError):
+        with pytest.raises(CounterOverflowError):
             driver.incr("max")
         assert driver.get("max") == MAX_INT64
         driver.set("min", MIN_INT64)
-        with pytest.raises(OverflowError):
+        with pytest.raises(CounterOverflowError):
             driver.decr("min")
         assert driver.get("min") == MIN_INT64
-        with pytest.raises(OverflowError):
+        with pytest.raises(CounterOverflowError):
             driver.incr("fresh", 1, default=MAX_INT64)
         assert driver.get("fresh", _MISS) is _MISS
 
@@ -535,7 +536,7 @@ class NullDriverContract(_Base):
         assert driver.decr("n") == -1
         with pytest.raises(KeyError):
             driver.incr("n", default=None)
-        with pytest.raises(OverflowError):
+        with pytest.raises(CounterOverflowError):
             driver.incr("n", 1, default=MAX_INT64)
 
     def test_get_or_set_calls_the_factory_every_time(self, driver: Driver) -> None:
