@@ -1,0 +1,7 @@
+"""``python -m nearcache``: the ``nearcache`` command (see :mod:`nearcache.cli`)."""
+
+from __future__ import annotations
+
+from nearcache.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,314 @@
+"""The ``nearcache`` command.
+
+::
+
+    nearcache bench [WORKLOAD ...] [--quick] [--json FILE] [--markdown FILE] [--plot DIR]
+                    [--redis URL] [--memcached HOST:PORT] [--start-servers]
+                    [--backends NAME,...] [--exclude NAME,...]
+    nearcache bench --list              workloads and backends, and why some would be skipped
+    nearcache bench --load FILE         re-render a saved JSON result (tables, --markdown, --plot)
+    nearcache stats NAME|PATH [--json]  a cache's counters
+    nearcache clear NAME|PATH           remove every entry of a cache
+    nearcache info NAME|PATH [--check]  a cache file's geometry (and a consistency check)
+
+``NAME`` is a cache name under the default directory (``/dev/shm/nearcache-<uid>``),
+as in ``Cache("name")``; anything containing a ``/`` is a path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["build_parser", "main"]
+
+
+def _csv(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def _host_port(value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {value!r}")
+    return host, int(port)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``nearcache`` command."""
+    parser = argparse.ArgumentParser(
+        prog="nearcache", description="nearcache: a multi-process shared-memory cache."
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    bench = sub.add_parser(
+        "bench",
+        help="run the benchmark studies against nearcache and its peers",
+        description=(
+            "Rerun the seed benchmark studies side by side with every peer that is installed. "
+            "With no arguments: every workload, no servers, no network, a few minutes."
+        ),
+    )
+    bench.add_argument("workloads", nargs="*", metavar="WORKLOAD", help="workloads to run (all)")
+    speed = bench.add_mutually_exclusive_group()
+    speed.add_argument("--quick", action="store_true", help="short runs (under a minute)")
+    speed.add_argument("--profile", choices=("tiny", "quick", "default"), help=argparse.SUPPRESS)
+    bench.add_argument("--repeats", type=int, help="timed repeats per figure (median reported)")
+    bench.add_argument("--json", type=Path, metavar="FILE", help="write every figure as JSON")
+    bench.add_argument("--markdown", type=Path, metavar="FILE", help="write the tables as Markdown")
+    bench.add_argument("--plot", type=Path, metavar="DIR", help="write PNG charts into DIR")
+    bench.add_argument("--redis", metavar="URL", help="Redis server for the Redis backends")
+    bench.add_argument("--memcached", type=_host_port, metavar="HOST:PORT", help="memcached server")
+    bench.add_argument(
+        "--start-servers",
+        action="store_true",
+        help="start redis-server and memcached on free 127.0.0.1 ports for the run",
+    )
+    bench.add_argument(
+        "--backends", type=_csv, default=[], metavar="NAME,...", help="only these backends"
+    )
+    bench.add_argument(
+        "--exclude", type=_csv, default=[], metavar="NAME,...", help="leave these backends out"
+    )
+    bench.add_argument("--seed", type=int, default=2010, help="random seed of the data (2010)")
+    bench.add_argument(
+        "--dir", type=Path, metavar="DIR", help="scratch directory for file-based peers (TMPDIR)"
+    )
+    bench.add_argument(
+        "--nearcache-dir", type=Path, metavar="DIR", help="directory of nearcache's files"
+    )
+    bench.add_argument("--list", action="store_true", help="list workloads and backends, then exit")
+    bench.add_argument("--load", type=Path, metavar="FILE", help="re-render a JSON result")
+    bench.add_argument("--no-progress", action="store_true", help="no progress bar")
+    bench.add_argument("--debug", action="store_true", help="print tracebacks of failed backends")
+
+    stats = sub.add_parser("stats", help="print a cache's counters")
+    stats.add_argument("name", metavar="NAME|PATH")
+    stats.add_argument("--json", action="store_true", help="print JSON")
+
+    clear = sub.add_parser("clear", help="remove every entry of a cache")
+    clear.add_argument("name", metavar="NAME|PATH")
+
+    info = sub.add_parser("info", help="print a cache file's geometry")
+    info.add_argument("name", metavar="NAME|PATH")
+    info.add_argument("--check", action="store_true", help="verify every shard's invariants")
+    info.add_argument("--json", action="store_true", help="print JSON")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``nearcache`` command; returns the exit status."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(args_list)
+    try:
+        if args.command == "bench":
+            return _bench(args, args_list)
+        if args.command == "stats":
+            return _stats(args)
+        if args.command == "clear":
+            return _clear(args)
+        return _info(args)
+    except KeyboardInterrupt:
+        return 130
+
+
+# -- bench -------------------------------------------------------------------------
+
+
+def _bench(args: argparse.Namespace, argv: list[str]) -> int:
+    from rich.console import Console
+
+    from .bench import runner
+    from .bench.backends.base import BackendContext
+    from .bench.backends.registry import all_backends
+    from .bench.model import BenchResult
+    from .bench.workloads import PROFILES, WORKLOADS
+
+    console = Console()
+    err = Console(stderr=True)
+    if args.list:
+        console.print("[bold]workloads[/bold]")
+        for name, cls in WORKLOADS.items():
+            console.print(f"  {name:18} {cls.title}", highlight=False)
+        console.print("[bold]backends[/bold]")
+        ctx = BackendContext(
+            workdir=Path("."), run_id="list", redis_url=args.redis, memcached=args.memcached
+        )
+        for b in all_backends():
+            try:
+                reason = b.unavailable(ctx)
+            except Exception as exc:
+                reason = str(exc)
+            if reason is not None and args.start_servers and reason.startswith("needs a"):
+                binary = {"redis": "redis-server", "memcached": "memcached"}.get(b.server or "")
+                if binary and shutil.which(binary):
+                    reason = None
+            status = "ok" if reason is None else f"[yellow]skipped[/yellow]: {reason}"
+            console.print(f"  {b.name:18} {b.title} - {status}", highlight=False)
+        return 0
+
+    if args.load is not None:
+        result = BenchResult.load(args.load)
+        tables = runner.render(result)
+        from .bench.report import print_tables
+
+        for w in result.workloads:
+            console.rule(f"{w.name}: {w.title}")
+            print_tables(console, tables.get(w.name, []))
+        for path in runner.write_outputs(result, tables, args.json, args.markdown, args.plot):
+            err.print(f"wrote {path}", highlight=False)
+        return 0
+
+    unknown = [w for w in args.workloads if w not in WORKLOADS]
+    if unknown:
+        err.print(f"unknown workload(s): {', '.join(unknown)}; known: {', '.join(WORKLOADS)}")
+        return 2
+    profile = PROFILES[args.profile or ("quick" if args.quick else "default")]
+    if args.repeats is not None:
+        if args.repeats < 1:
+            err.print("--repeats must be at least 1")
+            return 2
+        from dataclasses import replace
+
+        profile = replace(profile, repeats=args.repeats)
+    if args.plot is not None:
+        from .bench.plots import matplotlib_missing
+
+        reason = matplotlib_missing()
+        if reason is not None:
+            err.print(f"--plot needs matplotlib: {reason}")
+            return 2
+    options = runner.RunOptions(
+        workloads=args.workloads,
+        backends=args.backends,
+        exclude=args.exclude,
+        profile=profile,
+        seed=args.seed,
+        workdir=args.dir,
+        nearcache_dir=args.nearcache_dir,
+        redis_url=args.redis,
+        memcached=args.memcached,
+        start_servers=args.start_servers,
+        progress=not args.no_progress,
+        command=shlex.join(["nearcache", *argv]),
+        debug=args.debug,
+    )
+    try:
+        result, tables = runner.run(options, console)
+    except KeyError as exc:
+        err.print(str(exc.args[0]) if exc.args else str(exc))
+        return 2
+    for path in runner.write_outputs(result, tables, args.json, args.markdown, args.plot):
+        err.print(f"wrote {path}", highlight=False)
+    err.print(f"done in {result.duration_s:.0f} s", highlight=False)
+    return 0
+
+
+# -- stats / clear / info ------------------------------------------------------------
+
+
+def _resolve(name: str) -> str:
+    """A cache name (under the default directory) or a path, as a path."""
+    if os.sep in name or name.startswith("."):
+        return name
+    from ._native import default_directory
+
+    return os.path.join(default_directory(), name)
+
+
+def _open_native(name: str) -> Any:
+    from ._native import NativeCache
+
+    path = _resolve(name)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no cache file at {path}")
+    return NativeCache(path, 0, create=False)
+
+
+def _print_mapping(title: str, data: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    table.add_column("field")
+    table.add_column("value", justify="right")
+    for key, value in data.items():
+        table.add_row(str(key), f"{value:,}" if isinstance(value, int) else str(value))
+    Console().print(table)
+
+
+def _fail(exc: Exception) -> int:
+    print(f"nearcache: {exc}", file=sys.stderr)
+    return 1
+
+
+def _stats(args: argparse.Namespace) -> int:
+    try:
+        cache = _open_native(args.name)
+    except Exception as exc:
+        return _fail(exc)
+    try:
+        stats = dict(cache.stats())
+        stats = {"entries": len(cache), **stats}
+    finally:
+        cache.close()
+    if args.json:
+        print(json.dumps(stats, indent=1, sort_keys=True))
+    else:
+        _print_mapping(f"nearcache stats: {_resolve(args.name)}", stats)
+    return 0
+
+
+def _clear(args: argparse.Namespace) -> int:
+    try:
+        cache = _open_native(args.name)
+    except Exception as exc:
+        return _fail(exc)
+    try:
+        before = len(cache)
+        cache.clear()
+    finally:
+        cache.close()
+    print(f"cleared {_resolve(args.name)}: {before:,} entries removed")
+    return 0
+
+
+def _info(args: argparse.Namespace) -> int:
+    try:
+        cache = _open_native(args.name)
+    except Exception as exc:
+        return _fail(exc)
+    try:
+        data: dict[str, Any] = {
+            "path": cache.path,
+            "size_bytes": cache.capacity,
+            "shards": cache.shard_count,
+            "max_entry_bytes": cache.max_entry_size,
+            "default_ttl_ms": cache.default_ttl_ms,
+            "entries": len(cache),
+        }
+        if args.check:
+            try:
+                data.update({f"check_{k}": v for k, v in cache.check().items()})
+                data["check"] = "ok"
+            except Exception as exc:
+                data["check"] = f"FAILED: {exc}"
+    finally:
+        cache.close()
+    if args.json:
+        print(json.dumps(data, indent=1))
+    else:
+        _print_mapping("nearcache info", data)
+    return 0 if not str(data.get("check", "ok")).startswith("FAILED") else 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
