@@ -66,8 +66,11 @@ REPO = HERE.parent.parent
 # Test suites (classes in nearcache_djtests.tests) run by default.
 DEFAULT_SUITES = ("nearcache", "nearcache-async", "tiered-redis", "tiered-memcached")
 ALL_SUITES = (*DEFAULT_SUITES, "selfcheck-locmem")
-# Test ids of nearcache's own classes start with this; their skips count as failures.
+# Test ids of nearcache's own classes start with this; their skips count as
+# failures unless the test is listed in NOT_APPLICABLE (tests.py), whose skip
+# reasons start with NOT_APPLICABLE_MARK.
 OURS = "nearcache_djtests."
+NOT_APPLICABLE_MARK = "not applicable: "
 
 
 def log(message: str) -> None:
@@ -427,6 +430,11 @@ def run_job(
     return JobResult(version, group, proc.returncode, log_path, tests, error)
 
 
+def listed_skip(test: dict[str, Any]) -> bool:
+    """Whether a skip is one listed in ``NOT_APPLICABLE`` (its reason carries the mark)."""
+    return any(detail.startswith(NOT_APPLICABLE_MARK) for detail in test["details"])
+
+
 def is_ours(name: str) -> bool:
     """Whether a test id belongs to nearcache's classes (whose skips are not allowed)."""
     return name.startswith(OURS)
@@ -461,7 +469,7 @@ def summarize(results: list[JobResult], versions: list[str], logs: Path) -> bool
                 (name, t)
                 for name, t in sorted(job.tests.items())
                 if t["outcome"] in ("failure", "error", "unexpected_success")
-                or (t["outcome"] == "skip" and is_ours(name))
+                or (t["outcome"] == "skip" and is_ours(name) and not listed_skip(t))
             ]
             no_ours = job.group == "nearcache" and not any(map(is_ours, job.tests))
             if not (job.error or problems or job.returncode != 0 or no_ours):

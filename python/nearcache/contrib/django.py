@@ -84,7 +84,7 @@ from nearcache.cache import Cache
 from nearcache.errors import NotACounterError, SerializationError, ValueTooLargeError
 from nearcache.units import MAX_TTL_MS
 
-__all__ = ["LONG_KEY", "NearCache"]
+__all__ = ["LONG_KEY", "NearCache", "TieredNearCache"]
 
 logger = logging.getLogger("nearcache.contrib.django")
 
@@ -145,6 +145,17 @@ def open_cache(location: str, options: Mapping[str, Any]) -> Cache:
         return cache
 
 
+def _check_options(backend: str, options: Mapping[str, Any], valid: Iterable[str]) -> None:
+    """Raise ImproperlyConfigured for OPTIONS the backend does not know."""
+    unknown = set(options) - set(valid)
+    if unknown:
+        hint = " (use TIMEOUT for the default expiry)" if "ttl" in unknown else ""
+        raise ImproperlyConfigured(
+            f"unknown OPTIONS for {backend}: {', '.join(sorted(unknown))}{hint}; "
+            f"valid: MAX_ENTRIES, CULL_FREQUENCY, {', '.join(sorted(valid))}"
+        )
+
+
 def _long_key(key: str) -> str:
     return "nearcache:sha256:" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
 
@@ -165,22 +176,29 @@ class NearCache(BaseCache):  # type: ignore[misc]
         # BaseCache turned MAX_ENTRIES into an int (300 for None); None means
         # "no entry limit" here.
         self._max_entries: int | None = None if max_entries is None else self._max_entries
-        unknown = set(options) - CACHE_OPTIONS
-        if unknown:
-            hint = " (use TIMEOUT for the default expiry)" if "ttl" in unknown else ""
-            raise ImproperlyConfigured(
-                f"unknown OPTIONS for {type(self).__name__}: {', '.join(sorted(unknown))}{hint}; "
-                f"valid: MAX_ENTRIES, CULL_FREQUENCY, {', '.join(sorted(CACHE_OPTIONS))}"
-            )
         self._location = location
         self._cache: Any = self._open(location, options)
 
     def _open(self, location: str, options: dict[str, Any]) -> Any:
-        """Open the store; subclasses open something else with the same API."""
+        """Open the store from ``LOCATION`` and ``OPTIONS`` (less the cull options).
+
+        Subclasses open another store with the same API (the driver API).
+        """
+        _check_options(type(self).__name__, options, CACHE_OPTIONS)
         try:
             return open_cache(location, options)
         except (TypeError, ValueError) as exc:
             raise ImproperlyConfigured(f"invalid nearcache cache {location!r}: {exc}") from exc
+
+    def _get_with_ttl(self, key: str) -> tuple[Any, Any]:
+        """The value of ``key`` (or a sentinel) and its remaining TTL (0: never)."""
+        value = self._cache.get(key, _MISSING)
+        if value is _MISSING:
+            return _MISSING, None
+        left = self._cache.ttl(key)
+        if left is None:
+            return _MISSING, None
+        return value, 0 if math.isinf(left) else left
 
     @property
     def cache(self) -> Any:
@@ -349,15 +367,13 @@ class NearCache(BaseCache):  # type: ignore[misc]
             raise ValueError(f"Key '{key}' not found") from None
         except (NotACounterError, OverflowError, TypeError):
             pass
-        # Not a native 64-bit counter (float, bool, big int, None...): get-then-set.
-        value = self._cache.get(key, _MISSING)
+        # Not a native 64-bit counter (float, bool, big int, None...): get-then-set,
+        # keeping the entry's expiry.
+        value, left = self._get_with_ttl(key)
         if value is _MISSING:
             raise ValueError(f"Key '{key}' not found")
         new_value = value + delta
-        remaining = self._cache.ttl(key)
-        if remaining is None:
-            raise ValueError(f"Key '{key}' not found")
-        self._cache.set(key, new_value, 0 if math.isinf(remaining) else remaining)
+        self._cache.set(key, new_value, left)
         return new_value
 
     def decr(self, key: Any, delta: int = 1, version: int | None = None) -> Any:
@@ -485,6 +501,82 @@ class NearCache(BaseCache):  # type: ignore[misc]
     async def aclose(self, **kwargs: Any) -> None:
         """Async :meth:`close`."""
         self.close(**kwargs)
+
+
+#: ``OPTIONS`` of :class:`TieredNearCache` besides ``l1`` (see :class:`nearcache.TieredCache`).
+TIERED_OPTIONS: Final = frozenset(
+    {"l1_ttl", "invalidation", "channel", "on_get_error", "on_set_error"}
+)
+#: The L1 of :class:`TieredNearCache` when ``OPTIONS`` give none.
+DEFAULT_L1: Final = "nearcache://django-l1"
+
+_open_tiered: dict[tuple[Any, ...], Any] = {}
+
+
+def open_tiered(location: str, l1: Any, options: Mapping[str, Any]) -> Any:
+    """Return this process's :class:`~nearcache.tiered.TieredCache` for a configuration.
+
+    One object (with one invalidation subscription) is kept per L2 URL, L1
+    and options, shared by every Django alias and thread that names them.
+    """
+    from nearcache.config import from_dict
+
+    key = (location, _freeze(l1), tuple(sorted((k, _freeze(v)) for k, v in options.items())))
+    with _open_lock:
+        tiered = _open_tiered.get(key)
+        if tiered is None or tiered.closed:
+            tiered = from_dict({"l1": l1, "l2": location, **options})
+            _open_tiered[key] = tiered
+        return tiered
+
+
+class TieredNearCache(NearCache):
+    """Django cache backend: nearcache on each host (L1) in front of Redis or memcached (L2).
+
+    ``LOCATION`` is the L2 as a URL, with that driver's options in the query
+    string (``redis://cache-host:6379/0?prefix=mysite:&timeout=0.5``,
+    ``memcached://10.0.0.5:11211,10.0.0.6:11211``).  ``OPTIONS``:
+
+    ``l1``
+        The L1: a ``nearcache://`` URL (``nearcache://mysite?size=256MiB``)
+        or a dict (``{"name": "mysite", "size": "256MiB"}``); default
+        :data:`DEFAULT_L1`.
+    ``l1_ttl``, ``invalidation``, ``channel``, ``on_get_error``, ``on_set_error``
+        As for :class:`nearcache.tiered.TieredCache`: the longest an L1 copy
+        lives (default 60 s), the cross-host invalidation channel (Redis
+        pub/sub, automatic when L2 is Redis) and what to do when L2 fails
+        (default: log and carry on from L1).
+
+    Reads are served from L1 when it has the key, else from L2 (filling L1);
+    writes go to L2, then L1, then to the other hosts' L1s as invalidations.
+    ``incr``/``decr`` are atomic in L2, across hosts.  Like Django's Redis
+    and memcached backends, this one does not cull: ``MAX_ENTRIES`` and
+    ``CULL_FREQUENCY`` are ignored, L2 bounds its memory itself and L1 by
+    its size.
+    """
+
+    def __init__(self, location: str, params: dict[str, Any]) -> None:
+        """Read Django's cache settings and connect the two tiers."""
+        super().__init__(location, params)
+        self._max_entries = None
+
+    def _open(self, location: str, options: dict[str, Any]) -> Any:
+        options = dict(options)
+        l1 = options.pop("l1", DEFAULT_L1)
+        _check_options(type(self).__name__, options, TIERED_OPTIONS)
+        if "://" not in location:
+            raise ImproperlyConfigured(
+                f"{type(self).__name__} LOCATION must be the L2 URL "
+                f"(redis://host:6379/0, memcached://host:11211), not {location!r}"
+            )
+        try:
+            return open_tiered(location, l1, options)
+        except (TypeError, ValueError) as exc:
+            raise ImproperlyConfigured(f"invalid tiered cache {location!r}: {exc}") from exc
+
+    def _get_with_ttl(self, key: str) -> tuple[Any, Any]:
+        value, left = self._cache.get_with_ttl(key, _MISSING)
+        return value, (0 if left is None else left)
 
 
 def _in_thread(method: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:

@@ -38,12 +38,37 @@ SUITES = frozenset(
 )
 CACHE_DIR = os.environ.get("NEARCACHE_DJTESTS_DIR") or tempfile.mkdtemp(prefix="nearcache-dj-")
 NEARCACHE = "nearcache.contrib.django.NearCache"
+TIERED = "nearcache.contrib.django.TieredNearCache"
+REDIS = os.environ.get("NEARCACHE_DJTESTS_REDIS", "")
+MEMCACHED = os.environ.get("NEARCACHE_DJTESTS_MEMCACHED", "")
 
+# Like Django's Redis and memcached backends, the tiered backend does not cull
+# by entry count, so (as Django's RedisCacheTests and PyMemcacheCacheTests do)
+# its tests leave out the "cull" and "zero_cull" caches.
+TIERED_EXCLUDED_CACHES = {"cull", "zero_cull"}
+TIERED_NO_CULL = (
+    "no entry-count culling: L2 (Redis/memcached) bounds its own memory and L1 its size; "
+    "Django's Redis and memcached backend tests skip it the same way"
+)
+
+# Skip reasons of the tests listed below start with this (tests/django/run.py
+# accepts those skips, and only those, in nearcache's classes).
+NOT_APPLICABLE_MARK = "not applicable: "
 # Test class name -> {test method name: reason it cannot apply}.
 NOT_APPLICABLE: dict[str, dict[str, str]] = {
     "LocMemSelfCheckTests": {},
     "NearCacheTests": {},
     "AsyncNearCacheTests": {},
+    "TieredRedisNearCacheTests": {
+        "test_cull": TIERED_NO_CULL,
+        "test_zero_cull": TIERED_NO_CULL,
+        "test_cull_delete_when_store_empty": TIERED_NO_CULL,
+    },
+    "TieredMemcachedNearCacheTests": {
+        "test_cull": TIERED_NO_CULL,
+        "test_zero_cull": TIERED_NO_CULL,
+        "test_cull_delete_when_store_empty": TIERED_NO_CULL,
+    },
 }
 
 
@@ -55,7 +80,7 @@ def not_applicable(cls: _T) -> _T:
         original: Callable[..., Any] = getattr(cls, name)
 
         def skipped(self: TestCase, _reason: str = reason) -> None:
-            self.skipTest(_reason)
+            self.skipTest(NOT_APPLICABLE_MARK + _reason)
 
         skipped.__name__ = original.__name__
         skipped.__doc__ = original.__doc__
@@ -463,3 +488,117 @@ if "nearcache-async" in SUITES:
 
             await asyncio.gather(*(bump() for _ in range(20)))
             self.assertEqual(await backend.aget("n"), 1000)
+
+
+class TieredTestsMixin:
+    """Tests of the tiered backend itself, for either L2."""
+
+    l2_location: str
+
+    def _second_host(self) -> Any:
+        """A backend with its own L1 file and the same L2: another host."""
+        from nearcache.contrib.django import TieredNearCache
+
+        l1 = {"driver": "nearcache", "path": location(f"{self.id()}-b"), "size": "1MiB"}
+        other = TieredNearCache(self.l2_location, {"OPTIONS": {"l1": l1}})
+        other.cache.wait_ready(5)
+        return other
+
+    def test_culling_is_off(self) -> None:
+        """MAX_ENTRIES is ignored, as by Django's Redis and memcached backends."""
+        self.assertIsNone(cache._max_entries)
+
+    def test_reads_are_served_from_l1(self) -> None:
+        """After a write, reads on this host hit L1 (the shared-memory file)."""
+        tiered = cache.cache
+        cache.set("page", "<html>")
+        self.assertEqual(tiered.l1.get(cache.make_key("page")), "<html>")
+        before = tiered.stats()
+        self.assertEqual(cache.get("page"), "<html>")
+        after = tiered.stats()
+        self.assertEqual(after["l1_hits"], before["l1_hits"] + 1)
+        self.assertEqual(after["l2_hits"], before["l2_hits"])
+
+    def test_l2_fills_l1(self) -> None:
+        """A value written by another host is read from L2 once, then from L1."""
+        other = self._second_host()
+        other.set("from-b", [1, 2])
+        tiered = cache.cache
+        self.assertEqual(cache.get("from-b"), [1, 2])
+        # The other host's invalidation for its own write may arrive after this
+        # read filled L1 and drop the copy again (correctly: it cannot tell the
+        # order); once it has arrived, a read fills L1 for good.
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline:
+            self.assertEqual(cache.get("from-b"), [1, 2])
+            if tiered.l1.get(cache.make_key("from-b")) == [1, 2]:
+                break
+            time.sleep(0.01)
+        self.assertEqual(tiered.l1.get(cache.make_key("from-b")), [1, 2])
+        before = tiered.stats()["l2_hits"]
+        self.assertEqual(cache.get("from-b"), [1, 2])
+        self.assertEqual(tiered.stats()["l2_hits"], before)
+
+    def test_incr_is_atomic_in_l2(self) -> None:
+        """incr from two hosts adds up in L2."""
+        other = self._second_host()
+        cache.set("visits", 0)
+        for _ in range(10):
+            cache.incr("visits")
+            other.incr("visits")
+        self.assertEqual(cache.cache.l2.get(cache.make_key("visits")), 20)
+        self.assertEqual(other.get("visits"), 20)
+
+
+if "tiered-redis" in SUITES:
+
+    @not_applicable
+    @override_settings(
+        CACHES=caches_setting_for_tests(
+            BACKEND=TIERED,
+            LOCATION=f"{REDIS}/1?prefix=djtests:",
+            OPTIONS={"l1": {"driver": "nearcache", "path": location("tiered-redis-l1")}},
+            exclude=TIERED_EXCLUDED_CACHES,
+        )
+    )
+    class TieredRedisNearCacheTests(TieredTestsMixin, BaseCacheTests, TestCase):  # type: ignore[misc]
+        """Django's backend tests for nearcache in front of a real redis-server."""
+
+        l2_location = f"{REDIS}/1?prefix=djtests:"
+
+        def setUp(self) -> None:
+            super().setUp()
+            cache.cache.wait_ready(5)
+
+        def test_invalidation_reaches_other_hosts(self) -> None:
+            """A write on one host drops the other host's L1 copy (Redis pub/sub)."""
+            other = self._second_host()
+            cache.set("shared", "v1")
+            self.assertEqual(other.get("shared"), "v1")  # now in the other L1
+            cache.set("shared", "v2")
+            deadline = time.monotonic() + 2
+            while other.get("shared") != "v2" and time.monotonic() < deadline:
+                time.sleep(0.01)
+            self.assertEqual(other.get("shared"), "v2")
+            cache.delete("shared")
+            deadline = time.monotonic() + 2
+            while other.get("shared") is not None and time.monotonic() < deadline:
+                time.sleep(0.01)
+            self.assertIsNone(other.get("shared"))
+
+
+if "tiered-memcached" in SUITES:
+
+    @not_applicable
+    @override_settings(
+        CACHES=caches_setting_for_tests(
+            BACKEND=TIERED,
+            LOCATION=f"memcached://{MEMCACHED}?prefix=djtests:",
+            OPTIONS={"l1": {"driver": "nearcache", "path": location("tiered-memcached-l1")}},
+            exclude=TIERED_EXCLUDED_CACHES,
+        )
+    )
+    class TieredMemcachedNearCacheTests(TieredTestsMixin, BaseCacheTests, TestCase):  # type: ignore[misc]
+        """Django's backend tests for nearcache in front of a real memcached."""
+
+        l2_location = f"memcached://{MEMCACHED}?prefix=djtests:"
