@@ -1,0 +1,195 @@
+//! Fuzz a hostile writer: while this process has the cache mapped, another
+//! party (here: a second mapping of the same file) overwrites arbitrary
+//! bytes of the shards between operations.
+//!
+//! The engine must stay memory-safe and never panic: every offset and
+//! length it reads from the file is checked, and a shard found inconsistent
+//! is reset (its entries dropped). Reads of a damaged shard are misses or
+//! values no larger than an entry may be; writes succeed. Values are not
+//! checksummed by the engine (the Python layer signs them when the file is
+//! shared with untrusted writers), so their contents are not checked here.
+//!
+//! The robust mutex words at the start of every shard are never poked: a
+//! party that can write the file can always hold or break a lock (denial of
+//! service), which is out of scope; see docs/reliability.md.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use nearcache_core::layout::{HEADER_SIZE, SHARD_HEADER_SIZE};
+use nearcache_core::{Cache, Error, OpenOptions};
+use nearcache_fuzz::{scratch, value_for, Input};
+use std::os::fd::AsRawFd;
+use std::sync::OnceLock;
+
+/// Bytes at the start of each shard that hold the mutex (never poked).
+const MUTEX_BYTES: usize = 64;
+
+struct Target {
+    cache: Cache,
+    raw: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the raw mapping is only used from the fuzzing thread.
+unsafe impl Send for Target {}
+// SAFETY: as above.
+unsafe impl Sync for Target {}
+
+fn target() -> &'static Target {
+    static T: OnceLock<Target> = OnceLock::new();
+    T.get_or_init(|| {
+        let path = scratch().join("hostile");
+        let opts = OpenOptions {
+            size: Some(HEADER_SIZE + 2 * 16 * 1024),
+            shards: 2,
+            recreate: true,
+            ..Default::default()
+        };
+        let cache = Cache::open(&path, &opts).expect("open scratch cache");
+        let file = std::fs::OpenOptions::new().read(true).write(true).open(&path).unwrap();
+        let len = cache.capacity();
+        // SAFETY: mapping a file we own, MAP_SHARED, its whole length; the
+        // mapping lives (leaked) as long as the process.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        Target { cache, raw: p as *mut u8, len }
+    })
+}
+
+fn interesting(input: &mut Input<'_>, arena: usize) -> [u8; 8] {
+    let v: u64 = match input.u8() % 10 {
+        0 => 0,
+        1 => 1,
+        2 => u64::MAX,
+        3 => arena as u64,
+        4 => (arena as u64).wrapping_sub(8 * input.u8() as u64),
+        5 => 8 * input.u16() as u64,
+        6 => (input.u32() as u64) << 32 | (input.u8() as u64 + 1),
+        7 => 0x8000_0000_0000_0000,
+        _ => input.u64(),
+    };
+    v.to_ne_bytes()
+}
+
+fn poke(t: &Target, input: &mut Input<'_>) {
+    let geo = *t.cache.geometry();
+    let shard = input.u8() as usize % geo.shard_count;
+    let base = HEADER_SIZE + shard * geo.shard_size;
+    let index_len = geo.slots_per_shard * 8;
+    let arena_off = geo.arena_offset();
+    let (start, span) = match input.u8() % 4 {
+        0 => (MUTEX_BYTES, SHARD_HEADER_SIZE - MUTEX_BYTES),
+        1 => (SHARD_HEADER_SIZE, index_len),
+        2 => (arena_off, 512.min(geo.shard_size - arena_off)),
+        _ => (MUTEX_BYTES, geo.shard_size - MUTEX_BYTES),
+    };
+    let off = start + (input.u16() as usize % span);
+    let bytes: Vec<u8> = if input.u8() & 1 == 0 {
+        let aligned = off & !7;
+        let v = interesting(input, geo.arena_size());
+        let end = (aligned + 8).min(geo.shard_size);
+        if aligned < MUTEX_BYTES {
+            return;
+        }
+        return write(t, base + aligned, &v[..end - aligned]);
+    } else {
+        let n = input.u8() as usize % 24;
+        input.bytes(n).to_vec()
+    };
+    let n = bytes.len().min(geo.shard_size - off);
+    write(t, base + off, &bytes[..n]);
+}
+
+fn write(t: &Target, at: usize, bytes: &[u8]) {
+    assert!(at + bytes.len() <= t.len);
+    // SAFETY: inside our own MAP_SHARED mapping of the file.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), t.raw.add(at), bytes.len()) };
+}
+
+fn op(c: &Cache, input: &mut Input<'_>) {
+    let key = [b'k', input.u8() % 40];
+    match input.u8() % 12 {
+        0 | 1 => {
+            if let Some(v) = c.get(&key).expect("get") {
+                assert!(v.data.len() <= c.max_entry_size());
+            }
+        }
+        2 | 3 => {
+            let len = input.u8() as usize * 8;
+            c.set(&key, &value_for(&key, input.u8(), len), 0, 0).expect("set");
+        }
+        4 => {
+            c.delete(&key).expect("delete");
+        }
+        5 => match c.incr(&key, input.u8() as i64, Some(0), 0) {
+            Ok(_) | Err(Error::NotACounter) | Err(Error::Overflow) => {}
+            Err(e) => panic!("incr: {e}"),
+        },
+        6 => {
+            let ks: Vec<[u8; 2]> = (0..input.u8() % 8).map(|_| [b'k', input.u8() % 40]).collect();
+            c.get_many(&ks).expect("get_many");
+        }
+        7 => {
+            let items: Vec<([u8; 2], Vec<u8>, u32)> = (0..input.u8() % 6)
+                .map(|_| {
+                    let k = [b'k', input.u8() % 40];
+                    (k, value_for(&k, 1, input.u8() as usize), 0)
+                })
+                .collect();
+            c.set_many(&items, 0).expect("set_many");
+        }
+        8 => {
+            c.keys().expect("keys");
+            c.stats().expect("stats");
+        }
+        9 => {
+            let _ = c.check();
+        }
+        10 => {
+            c.touch(&key, input.u8() as u64).expect("touch");
+            c.pop(&key).expect("pop");
+        }
+        _ => {
+            let _ = c.add(&key, b"added", 0, 0).expect("add");
+            let _ = c.replace(&key, b"replaced", 0, 0).expect("replace");
+        }
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    let t = target();
+    let c = &t.cache;
+    c.clear().unwrap();
+    for i in 0..30u8 {
+        let key = [b'k', i];
+        c.set(&key, &value_for(&key, i, i as usize * 9), 0, 0).unwrap();
+    }
+    let mut input = Input::new(data);
+    let mut steps = 0;
+    while !input.is_empty() && steps < 1000 {
+        if input.u8() % 3 == 0 {
+            poke(t, &mut input);
+        } else {
+            op(c, &mut input);
+        }
+        steps += 1;
+    }
+    // Recovery: a write to every shard, then clear(): the file is sound again.
+    for s in 0..c.shard_count() {
+        let key = (0u32..).map(|n| format!("s{n}")).find(|k| c.shard_index(k.as_bytes()) == s).unwrap();
+        c.set(key.as_bytes(), b"x", 0, 0).unwrap();
+    }
+    c.clear().unwrap();
+    if let Err(e) = c.check() {
+        panic!("check after recovery: {e}");
+    }
+});

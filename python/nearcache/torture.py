@@ -1,0 +1,964 @@
+"""Torture harness: many processes, random kills, continuous verification.
+
+``python -m nearcache.torture --duration 600`` runs N worker processes
+(default 8) doing a random mix of ``get``/``get_many``/``set``/``add``/
+``set_many``/``delete``/``pop``/``incr`` on a deliberately small cache, so
+that shards are compacted and entries evicted all the time, while the
+coordinator process SIGKILLs random workers at random moments and restarts
+them.  Some kills are aimed: the victim is told to lock a shard and leave it
+half-written (``NativeCache._debug_hold_shard_mid_write``), the coordinator
+waits until the victim's kernel state shows it asleep inside that hook, and
+only then kills it, so the kill lands mid-write for certain.
+
+Every value describes itself::
+
+    magic "NCT1" | key length | writer | sequence | expiry ms | flags | key
+    | payload (derived from the header) | 8-byte BLAKE2b checksum of all that
+
+and every read is verified as it happens:
+
+* **torn or foreign values**: the checksum must match and the embedded key
+  must be the key that was read (``get_many``: each position's own key);
+* **flags**: the flags word returned must be the one stored with the value;
+* **staleness**: once a worker has seen writer W's value number s for a key,
+  it must never again see an older value of W for that key;
+* **expiry**: a value read after its embedded expiry time is an error;
+* **counters**: every counter is created (by ``add``) with a random 31-bit
+  *birth* id in its high 32 bits; while the birth id is unchanged its low
+  32 bits must grow strictly with every increment a worker makes and never
+  shrink between reads.  A counter that vanishes (evicted, deleted, or lost
+  with its shard in a reset) is reborn with a new id: counters never go
+  backwards, they may only restart;
+* **latency**: every operation is timed; one slower than ``--latency-bound``
+  is a violation, and a watchdog flags (and kills) any operation blocked for
+  longer than ``--stall-limit``;
+* **repair**: after each aimed kill the shard must have been reset exactly
+  as the engine documents (its ``resets`` counter grows);
+* **crashes**: a worker that dies other than by the coordinator's SIGKILL
+  (an exception, SIGSEGV, SIGBUS...) is a violation;
+* **at the end**: ``check()`` must pass, every stored value must still
+  verify, and the engine's ``corruptions`` counter must be zero (a kill
+  mid-write is repaired through ``resets``; ``corruptions`` only counts
+  inconsistencies found in data that claimed to be consistent).
+
+The report gives operations, kills (random and mid-write), shard resets,
+evictions, counter rebirths, latency percentiles and the maximum, and the
+violations (there must be none; the exit status is 1 otherwise).
+
+Workers are forked from the coordinator and open their own handle on the
+cache file, as independent processes would.  Linux only (like nearcache).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import hashlib
+import json
+import math
+import mmap
+import os
+import random
+import shutil
+import signal
+import struct
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from nearcache import _native
+from nearcache.units import parse_size
+
+__all__ = [
+    "TortureConfig",
+    "TortureReport",
+    "counter_regressed",
+    "main",
+    "make_value",
+    "parse_value",
+    "run",
+]
+
+# ----------------------------------------------------------------- shared area
+
+# The coordinator and the workers share one anonymous MAP_SHARED mapping of
+# 64-bit words: a few global words, then one block per worker slot.  Each
+# word is written by a single process at a time (its slot's worker, or the
+# coordinator for the request words), so no lock is needed; a worker killed
+# half-way through an update loses at most that update.
+_G_STOP = 0
+_GLOBAL_WORDS = 8
+
+_OPS = 0  # operations completed
+_VIOLATIONS = 1  # violations found by this slot's workers
+_MAX_LAT = 2  # slowest operation, ns
+_MAX_LAT_OP = 3  # its op code
+_OP_START = 4  # CLOCK_MONOTONIC ns when the current operation started, 0 if idle
+_HOLD_REQ = 5  # coordinator: key index + 1 to hold mid-write
+_HOLDING = 6  # worker: 1 when about to enter the hold
+_HITS = 7
+_MISSES = 8
+_REBIRTHS = 9  # counters found missing and created again
+_VERIFIED = 10  # values checked (torn/foreign/flags/stale/expiry)
+_STARTS = 11  # worker incarnations started in this slot
+_EXPIRY_CHECKS = 12  # values read past their embedded expiry, checked with the engine
+_HIST = 16  # latency histogram: bucket b counts ops of [2^b, 2^(b+1)) ns
+_HIST_BUCKETS = 40
+_SLOT_WORDS = _HIST + _HIST_BUCKETS + 8
+
+_OP_NAMES = ("get", "get_many", "set", "add", "set_many", "delete", "pop", "incr", "counter_get")
+_OP_WEIGHTS = (34, 10, 22, 6, 3, 6, 2, 12, 5)
+
+_MAGIC = b"NCT1"
+_HEAD = struct.Struct("<4sHIQQI")  # magic, key len, writer, seq, expires_ms, flags
+_SUM_LEN = 8
+_FLAG_BASE = _native.FLAG_USER
+_COUNTER_FLAG = _native.FLAG_INT
+
+
+def _words(area: mmap.mmap) -> memoryview:
+    return memoryview(area).cast("Q")
+
+
+def _slot(slot: int, field: int) -> int:
+    return _GLOBAL_WORDS + slot * _SLOT_WORDS + field
+
+
+# ----------------------------------------------------------------- values
+
+
+def data_key(i: int) -> bytes:
+    """The ``i``-th key holding self-describing values."""
+    return b"k:%d" % i
+
+
+def counter_key(i: int) -> bytes:
+    """The ``i``-th counter key."""
+    return b"c:%d" % i
+
+
+def make_value(key: bytes, writer: int, seq: int, expires_ms: int, flags: int, size: int) -> bytes:
+    """A value naming its key, writer, sequence, expiry and flags, with a checksum.
+
+    ``size`` is the payload length; the payload is derived from the header,
+    so a value cannot be mistaken for another one that shares its header.
+    """
+    head = _HEAD.pack(_MAGIC, len(key), writer, seq, expires_ms, flags) + key
+    block = hashlib.blake2b(head, digest_size=64).digest()
+    payload = (block * (size // 64 + 1))[:size]
+    body = head + payload
+    return body + hashlib.blake2b(body, digest_size=_SUM_LEN).digest()
+
+
+@dataclasses.dataclass(frozen=True)
+class ValueInfo:
+    """What a verified value says about itself."""
+
+    writer: int
+    seq: int
+    expires_ms: int
+    flags: int
+
+
+def parse_value(key: bytes, value: bytes) -> ValueInfo:
+    """Verify ``value`` as a whole value written for ``key``; raise ValueError if not."""
+    if len(value) < _HEAD.size + len(key) + _SUM_LEN:
+        raise ValueError(f"short value ({len(value)} bytes)")
+    body, digest = value[:-_SUM_LEN], value[-_SUM_LEN:]
+    if hashlib.blake2b(body, digest_size=_SUM_LEN).digest() != digest:
+        raise ValueError("checksum mismatch (torn value)")
+    magic, key_len, writer, seq, expires_ms, flags = _HEAD.unpack_from(body)
+    if magic != _MAGIC:
+        raise ValueError("bad magic")
+    stored_key = body[_HEAD.size : _HEAD.size + key_len]
+    if stored_key != key:
+        raise ValueError(f"foreign value: written for {stored_key!r}")
+    head = body[: _HEAD.size + key_len]
+    block = hashlib.blake2b(head, digest_size=64).digest()
+    size = len(body) - len(head)
+    if body[len(head) :] != (block * (size // 64 + 1))[:size]:
+        raise ValueError("payload does not match its header")
+    return ValueInfo(writer, seq, expires_ms, flags)
+
+
+def counter_regressed(last: tuple[int, int] | None, value: int, strict: bool) -> bool:
+    """Whether counter ``value`` went backwards from ``last`` = (birth, count).
+
+    A counter's high 32 bits are its birth id, the low 32 bits its count.  A
+    different birth id means the counter vanished and was created again:
+    allowed.  Under the same birth id the count must not shrink, and must
+    grow (``strict``) when the observer itself just incremented it.
+    """
+    if last is None or last[0] != value >> 32:
+        return False
+    count = value & 0xFFFFFFFF
+    return count < last[1] or (strict and count == last[1])
+
+
+# ----------------------------------------------------------------- config
+
+
+@dataclasses.dataclass
+class TortureConfig:
+    """Parameters of one torture run (see ``--help`` for each)."""
+
+    duration: float = 60.0
+    workers: int = 8
+    size: int = 1 << 20
+    shards: int = 8
+    keys: int = 3000
+    counters: int = 48
+    max_value: int = 2048
+    kill_interval: float = 0.2
+    hold_fraction: float = 0.3
+    max_hold: float = 0.05
+    latency_bound: float = 2.0
+    stall_limit: float = 10.0
+    ttl_fraction: float = 0.15
+    seed: int | None = None
+    directory: str | None = None
+    keep: bool = False
+
+
+@dataclasses.dataclass
+class TortureReport:
+    """Figures of one run; ``violations`` must be 0."""
+
+    duration_s: float
+    workers: int
+    cache_bytes: int
+    shards: int
+    seed: int
+    operations: int
+    ops_per_second: float
+    values_verified: int
+    hits: int
+    misses: int
+    kills: int
+    kills_random: int
+    kills_mid_write: int
+    mid_write_kills_repaired: int
+    worker_starts: int
+    shard_resets: int
+    corruptions: int
+    evictions: int
+    compactions: int
+    counter_rebirths: int
+    expiry_checks: int
+    latency_p50_us: float
+    latency_p99_us: float
+    latency_p999_us: float
+    latency_max_ms: float
+    latency_max_op: str
+    latency_bound_ms: float
+    final_check: dict[str, int]
+    violations: int
+    violation_kinds: dict[str, int]
+    violation_samples: list[dict[str, Any]]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report as plain data (for ``--json``)."""
+        return dataclasses.asdict(self)
+
+    def render(self) -> str:
+        """A human-readable summary."""
+        lines = [
+            f"nearcache torture: {self.duration_s:.1f} s, {self.workers} workers, "
+            f"{self.cache_bytes} byte cache in {self.shards} shards, seed {self.seed}",
+            f"  operations          {self.operations:,} ({self.ops_per_second:,.0f}/s), "
+            f"{self.values_verified:,} values verified, hits {self.hits:,}, "
+            f"misses {self.misses:,}",
+            f"  kills survived      {self.kills:,} ({self.kills_random:,} random, "
+            f"{self.kills_mid_write:,} mid-write, {self.mid_write_kills_repaired:,} of "
+            "them seen repaired)",
+            f"  worker starts       {self.worker_starts:,}",
+            f"  shard resets        {self.shard_resets:,}; corruptions {self.corruptions:,}",
+            f"  evictions           {self.evictions:,} in {self.compactions:,} compactions; "
+            f"counter rebirths {self.counter_rebirths:,}; late-read expiry checks "
+            f"{self.expiry_checks:,}",
+            f"  latency             p50 {self.latency_p50_us:.1f} us, p99 "
+            f"{self.latency_p99_us:.1f} us, p99.9 {self.latency_p999_us:.1f} us, "
+            f"max {self.latency_max_ms:.2f} ms ({self.latency_max_op}); "
+            f"bound {self.latency_bound_ms:.0f} ms",
+            f"  final check         {self.final_check}",
+            f"  violations          {self.violations} {self.violation_kinds or ''}".rstrip(),
+        ]
+        lines += [f"    {json.dumps(v, sort_keys=True)}" for v in self.violation_samples]
+        return "\n".join(lines)
+
+
+# ----------------------------------------------------------------- worker
+
+
+class _Worker:
+    """One worker process's loop (runs in a forked child)."""
+
+    def __init__(
+        self, cfg: TortureConfig, path: str, words: memoryview, slot: int, run_dir: Path
+    ) -> None:
+        self.cfg = cfg
+        self.words = words
+        self.slot = slot
+        self.base = _slot(slot, 0)
+        incarnation = words[self.base + _STARTS] & 0xFFFFFF
+        self.writer = ((slot & 0xFF) << 24) | incarnation
+        seed = cfg.seed if cfg.seed is not None else 0
+        self.rng = random.Random(hash((seed, slot, incarnation, os.getpid())))
+        self.violation_fd = os.open(
+            run_dir / f"violations-{slot}.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600
+        )
+        self.cache = _native.NativeCache(path, 0, create=False)
+        self.max_value = max(16, min(cfg.max_value, self.cache.max_entry_size - 256))
+        self.seq = 0
+        self.seen: dict[tuple[int, int], int] = {}
+        self.counters: dict[int, tuple[int, int]] = {}
+
+    # -- bookkeeping
+
+    def violation(self, kind: str, **detail: Any) -> None:
+        record = {"kind": kind, "slot": self.slot, "writer": self.writer, "pid": os.getpid()}
+        record.update({k: repr(v) if isinstance(v, bytes) else v for k, v in detail.items()})
+        os.write(self.violation_fd, (json.dumps(record) + "\n").encode())
+        self.words[self.base + _VIOLATIONS] += 1
+
+    def timed(self, op: int, start: int) -> None:
+        elapsed = time.perf_counter_ns() - start
+        w, b = self.words, self.base
+        w[b + _OP_START] = 0
+        w[b + _OPS] += 1
+        w[b + _HIST + min(max(elapsed, 1).bit_length() - 1, _HIST_BUCKETS - 1)] += 1
+        if elapsed > w[b + _MAX_LAT]:
+            w[b + _MAX_LAT] = elapsed
+            w[b + _MAX_LAT_OP] = op
+        if elapsed > self.cfg.latency_bound * 1e9:
+            self.violation("slow operation", op=_OP_NAMES[op], ms=elapsed / 1e6)
+
+    def begin(self) -> int:
+        self.words[self.base + _OP_START] = time.monotonic_ns()
+        return time.perf_counter_ns()
+
+    # -- values
+
+    def pick_ttl(self) -> int | None:
+        """A short TTL in ms for some values, None (no expiry) for the others."""
+        if self.rng.random() < self.cfg.ttl_fraction:
+            return self.rng.randrange(1, 500)
+        return None
+
+    def new_value(self, key: bytes, ttl_ms: int | None) -> tuple[bytes, int]:
+        """A fresh value for ``key`` to be stored with ``ttl_ms``: (bytes, flags)."""
+        self.seq += 1
+        r = self.rng.random()
+        if r < 0.7:
+            size = self.rng.randrange(0, 256)
+        elif r < 0.97:
+            size = self.rng.randrange(256, self.max_value)
+        else:
+            size = self.rng.randrange(self.max_value, max(self.max_value + 1, self.max_value * 8))
+            size = min(size, self.cache.max_entry_size - 160 - len(key))
+        # The engine computes the expiry from its own clock, read after ours,
+        # so the embedded time is a lower bound of the real one.
+        expires = time.time_ns() // 1_000_000 + ttl_ms if ttl_ms else 0
+        flags = _FLAG_BASE + self.seq % 1000
+        return make_value(key, self.writer, self.seq, expires, flags, size), flags
+
+    def verify(self, key_index: int, key: bytes, got: tuple[bytes, int], before_ms: int) -> None:
+        value, flags = got
+        self.words[self.base + _VERIFIED] += 1
+        try:
+            info = parse_value(key, value)
+        except ValueError as exc:
+            self.violation("bad value", key=key, error=str(exc), length=len(value))
+            return
+        if info.flags != flags:
+            self.violation("flags mismatch", key=key, stored=info.flags, returned=flags)
+        if info.expires_ms and before_ms > info.expires_ms:
+            self.check_expiry(key, info, before_ms)
+        seen_key = (key_index, info.writer)
+        last = self.seen.get(seen_key)
+        if last is not None and info.seq < last:
+            self.violation(
+                "stale value", key=key, writer=info.writer, seq=info.seq, already_seen=last
+            )
+        else:
+            self.seen[seen_key] = info.seq
+
+    def check_expiry(self, key: bytes, info: ValueInfo, before_ms: int) -> None:
+        """A value read after its embedded expiry: ask the engine for the real one.
+
+        The embedded time is a lower bound (the engine reads its clock when
+        the set reaches it).  Read the entry's expiry and the value again: if
+        the value is unchanged (same writer and sequence, which are never
+        reused), that expiry is the one it had when we read it, and it must
+        lie after the moment just before our read.
+        """
+        self.words[self.base + _EXPIRY_CHECKS] += 1
+        t = self.begin()
+        expires = self.cache.expire_at_ms(key)
+        again = self.cache.get_entry(key)
+        self.timed(_OP_NAMES.index("get"), t)
+        if expires is None or again is None:
+            return
+        try:
+            same = parse_value(key, again[0])
+        except ValueError:
+            return  # reported by the next read that verifies it
+        if (same.writer, same.seq) != (info.writer, info.seq):
+            return
+        if expires == 0:
+            self.violation("expiry lost", key=key, embedded_ms=info.expires_ms)
+        elif expires <= before_ms:
+            self.violation(
+                "expired value returned", key=key, expired_ms=expires, read_at_ms=before_ms
+            )
+
+    def observe_counter(self, index: int, value: int, strict: bool) -> None:
+        last = self.counters.get(index)
+        if counter_regressed(last, value, strict):
+            assert last is not None
+            self.violation(
+                "counter went backwards",
+                key=counter_key(index),
+                birth=value >> 32,
+                count=value & 0xFFFFFFFF,
+                previous=last[1],
+            )
+        self.counters[index] = (value >> 32, value & 0xFFFFFFFF)
+
+    # -- operations
+
+    def step(self) -> None:
+        cfg, rng, cache = self.cfg, self.rng, self.cache
+        op = rng.choices(range(len(_OP_NAMES)), _OP_WEIGHTS)[0]
+        name = _OP_NAMES[op]
+        i = rng.randrange(cfg.keys)
+        key = data_key(i)
+        now_ms = time.time_ns() // 1_000_000
+        try:
+            if name == "get":
+                t = self.begin()
+                got = cache.get_entry(key)
+                self.timed(op, t)
+                self.count_hit(got is not None)
+                if got is not None:
+                    self.verify(i, key, got, now_ms)
+            elif name == "get_many":
+                idx = [rng.randrange(cfg.keys) for _ in range(rng.randrange(2, 17))]
+                keys = [data_key(j) for j in idx]
+                t = self.begin()
+                many = cache.get_many(keys)
+                self.timed(op, t)
+                if len(many) != len(keys):
+                    self.violation("get_many length", asked=len(keys), got=len(many))
+                for j, k, hit in zip(idx, keys, many, strict=False):
+                    self.count_hit(hit is not None)
+                    if hit is not None:
+                        self.verify(j, k, hit, now_ms)
+            elif name in ("set", "add"):
+                ttl = self.pick_ttl()
+                value, flags = self.new_value(key, ttl)
+                t = self.begin()
+                if name == "set":
+                    cache.set(key, value, ttl, flags)
+                else:
+                    cache.add(key, value, ttl, flags)
+                self.timed(op, t)
+            elif name == "set_many":
+                idx = rng.sample(range(cfg.keys), rng.randrange(2, 9))
+                ttl = self.pick_ttl()
+                items = []
+                for j in idx:
+                    value, flags = self.new_value(data_key(j), ttl)
+                    items.append((data_key(j), value, flags))
+                t = self.begin()
+                cache.set_many(items, ttl)
+                self.timed(op, t)
+            elif name == "delete":
+                if rng.random() < 0.2:
+                    key = counter_key(rng.randrange(cfg.counters))
+                t = self.begin()
+                cache.delete(key)
+                self.timed(op, t)
+            elif name == "pop":
+                t = self.begin()
+                popped = cache.pop(key)
+                self.timed(op, t)
+                self.count_hit(popped is not None)
+                if popped is not None:
+                    self.verify(i, key, popped, now_ms)
+            elif name == "incr":
+                self.incr(op)
+            else:
+                self.counter_get(op)
+        except Exception as exc:  # every error is a finding, with its traceback
+            self.words[self.base + _OP_START] = 0
+            self.violation(
+                "exception",
+                op=name,
+                error=f"{type(exc).__name__}: {exc}",
+                trace=traceback.format_exc(limit=4),
+            )
+
+    def count_hit(self, hit: bool) -> None:
+        self.words[self.base + (_HITS if hit else _MISSES)] += 1
+
+    def incr(self, op: int) -> None:
+        index = self.rng.randrange(self.cfg.counters)
+        key = counter_key(index)
+        delta = self.rng.randrange(1, 4)
+        for _attempt in range(4):
+            t = self.begin()
+            try:
+                value = self.cache.incr(key, delta, None)
+            except KeyError:
+                self.timed(op, t)
+                birth = self.rng.randrange(1, 1 << 31)
+                self.words[self.base + _REBIRTHS] += 1
+                t = self.begin()
+                self.cache.add(key, (birth << 32).to_bytes(8, "little"), None, _COUNTER_FLAG)
+                self.timed(op, t)
+                continue
+            self.timed(op, t)
+            self.observe_counter(index, value, strict=True)
+            return
+
+    def counter_get(self, op: int) -> None:
+        index = self.rng.randrange(self.cfg.counters)
+        key = counter_key(index)
+        t = self.begin()
+        got = self.cache.get_entry(key)
+        self.timed(op, t)
+        self.count_hit(got is not None)
+        if got is None:
+            return
+        value, flags = got
+        if flags != _COUNTER_FLAG or len(value) != 8:
+            self.violation("counter has a foreign value", key=key, flags=flags, length=len(value))
+            return
+        self.observe_counter(index, int.from_bytes(value, "little", signed=True), strict=False)
+
+    def hold(self) -> None:
+        """Hold a shard mid-write until the coordinator kills this process."""
+        index = self.words[self.base + _HOLD_REQ] - 1
+        self.words[self.base + _HOLDING] = 1
+        self.cache._debug_hold_shard_mid_write(data_key(index), 3600.0)
+        # Only reached if the coordinator gave up on killing us.
+        self.words[self.base + _HOLD_REQ] = 0
+        self.words[self.base + _HOLDING] = 0
+
+    def loop(self) -> None:
+        words, base = self.words, self.base
+        while not words[_G_STOP]:
+            if words[base + _HOLD_REQ]:
+                self.hold()
+            else:
+                self.step()
+
+
+def _worker_main(cfg: TortureConfig, path: str, area: mmap.mmap, slot: int, run_dir: Path) -> None:
+    """Entry point of a forked worker; never returns."""
+    code = 0
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        words = _words(area)
+        _Worker(cfg, path, words, slot, run_dir).loop()
+    except BaseException:
+        traceback.print_exc()
+        code = 3
+    finally:
+        os._exit(code)
+
+
+# ----------------------------------------------------------------- coordinator
+
+
+def _in_hold(pid: int) -> bool | None:
+    """Whether ``pid``'s main thread sleeps in the hold hook (None: cannot tell).
+
+    The worker sleeps nowhere else, so a nanosleep means it is inside
+    ``_debug_hold_shard_mid_write``, holding the shard lock mid-write.
+    """
+    try:
+        with open(f"/proc/{pid}/wchan") as f:
+            wchan = f.read().strip()
+    except OSError:
+        return None
+    if wchan in ("", "0"):
+        return None
+    return "nanosleep" in wchan
+
+
+class _Coordinator:
+    def __init__(self, cfg: TortureConfig) -> None:
+        self.cfg = cfg
+        self.seed = cfg.seed if cfg.seed is not None else random.randrange(1 << 32)
+        cfg.seed = self.seed
+        self.rng = random.Random(self.seed)
+        base = cfg.directory or ("/dev/shm" if os.path.isdir("/dev/shm") else None)
+        self.run_dir = Path(tempfile.mkdtemp(prefix="nearcache-torture-", dir=base))
+        self.path = str(self.run_dir / "torture.cache")
+        self.cache = _native.NativeCache(self.path, cfg.size, cfg.shards, recreate=True)
+        self.area = mmap.mmap(-1, (_GLOBAL_WORDS + cfg.workers * _SLOT_WORDS) * 8)
+        self.words = _words(self.area)
+        self.pids: dict[int, int] = {}  # slot -> pid
+        self.kills_random = 0
+        self.kills_mid_write = 0
+        self.repaired = 0
+        self.violations: list[dict[str, Any]] = []
+
+    def violation(self, kind: str, **detail: Any) -> None:
+        self.violations.append({"kind": kind, "slot": "coordinator", **detail})
+
+    def start(self, slot: int) -> None:
+        self.words[_slot(slot, _HOLD_REQ)] = 0
+        self.words[_slot(slot, _HOLDING)] = 0
+        self.words[_slot(slot, _OP_START)] = 0
+        self.words[_slot(slot, _STARTS)] += 1
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - runs in the child, which exits
+            _worker_main(self.cfg, self.path, self.area, slot, self.run_dir)
+        self.pids[slot] = pid
+
+    def kill(self, slot: int) -> None:
+        pid = self.pids.pop(slot)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+        if not (os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL):
+            self.exited(slot, pid, status)
+
+    def exited(self, slot: int, pid: int, status: int) -> None:
+        if os.WIFSIGNALED(status):
+            how = f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
+        else:
+            how = f"exit status {os.WEXITSTATUS(status)}"
+        self.violation("worker died on its own", worker_slot=slot, pid=pid, how=how)
+
+    def reap(self) -> None:
+        """Restart workers that died without being killed (each is a violation)."""
+        for slot, pid in list(self.pids.items()):
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                del self.pids[slot]
+                self.exited(slot, pid, status)
+                self.start(slot)
+
+    def watchdog(self) -> None:
+        now = time.monotonic_ns()
+        for slot in list(self.pids):
+            started = self.words[_slot(slot, _OP_START)]
+            if started and now - started > self.cfg.stall_limit * 1e9:
+                self.violation("operation blocked", worker_slot=slot, seconds=(now - started) / 1e9)
+                self.kill(slot)
+                self.start(slot)
+
+    def kill_random(self) -> None:
+        slot = self.rng.choice(sorted(self.pids))
+        self.kill(slot)
+        self.kills_random += 1
+        self.start(slot)
+
+    def kill_mid_write(self) -> None:
+        slot = self.rng.choice(sorted(self.pids))
+        pid = self.pids[slot]
+        index = self.rng.randrange(self.cfg.keys)
+        key = data_key(index)
+        shard = self.cache.shard_of(key)
+        before = self.cache.shard_stats()[shard]["resets"]
+        self.words[_slot(slot, _HOLDING)] = 0
+        self.words[_slot(slot, _HOLD_REQ)] = index + 1
+        deadline = time.monotonic() + self.cfg.stall_limit
+        confirmed: bool | None = False
+        while time.monotonic() < deadline:
+            if self.words[_slot(slot, _HOLDING)]:
+                confirmed = _in_hold(pid)
+                if confirmed is not False:
+                    break
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:  # died on its own before reaching the hold
+                del self.pids[slot]
+                self.exited(slot, pid, status)
+                self.words[_slot(slot, _HOLD_REQ)] = 0
+                self.start(slot)
+                return
+            time.sleep(0.0005)
+        if confirmed is None:  # no /proc/<pid>/wchan: give the worker time to lock
+            time.sleep(0.02)
+        if confirmed is False:
+            self.violation("worker never reached the hold", worker_slot=slot)
+            self.kill(slot)
+            self.start(slot)
+            return
+        time.sleep(self.rng.uniform(0, self.cfg.max_hold))
+        self.kill(slot)
+        self.kills_mid_write += 1
+        # Lock the shard (repairing it if nobody has yet), then look.
+        self.cache.contains(key)
+        after = self.cache.shard_stats()[shard]["resets"]
+        if after > before:
+            self.repaired += 1
+        elif confirmed:
+            self.violation("mid-write kill not repaired", shard=shard, resets=after)
+        self.start(slot)
+
+    def run(self) -> TortureReport:
+        cfg = self.cfg
+        stats0 = self.cache.stats()
+        started = time.monotonic()
+        try:
+            for slot in range(cfg.workers):
+                self.start(slot)
+            deadline = started + cfg.duration
+            next_kill = started + self.next_kill_delay()
+            while (now := time.monotonic()) < deadline:
+                if now >= next_kill:
+                    if self.rng.random() < cfg.hold_fraction:
+                        self.kill_mid_write()
+                    else:
+                        self.kill_random()
+                    next_kill = time.monotonic() + self.next_kill_delay()
+                self.reap()
+                self.watchdog()
+                time.sleep(min(0.01, max(0.0, min(next_kill, deadline) - time.monotonic())))
+            self.stop()
+        finally:
+            for slot in list(self.pids):
+                self.kill(slot)
+        elapsed = time.monotonic() - started
+        return self.finish(stats0, elapsed)
+
+    def next_kill_delay(self) -> float:
+        """Seconds until the next kill: exponential, so kills land at random moments."""
+        if self.cfg.kill_interval <= 0:
+            return math.inf
+        return self.rng.expovariate(1 / self.cfg.kill_interval)
+
+    def stop(self) -> None:
+        self.words[_G_STOP] = 1
+        deadline = time.monotonic() + self.cfg.stall_limit
+        while self.pids and time.monotonic() < deadline:
+            for slot, pid in list(self.pids.items()):
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    del self.pids[slot]
+                    if not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
+                        self.exited(slot, pid, status)
+            time.sleep(0.005)
+        for slot in list(self.pids):
+            self.violation("worker did not stop", worker_slot=slot)
+
+    def final_scan(self) -> dict[str, int]:
+        try:
+            report = self.cache.check()
+        except _native.Error as exc:
+            self.violation("final check failed", error=f"{type(exc).__name__}: {exc}")
+            report = {}
+        for i in range(self.cfg.keys):
+            key = data_key(i)
+            got = self.cache.get_entry(key)
+            if got is not None:
+                try:
+                    info = parse_value(key, got[0])
+                except ValueError as exc:
+                    self.violation("bad value at the end", key=repr(key), error=str(exc))
+                    continue
+                if info.flags != got[1]:
+                    self.violation("flags mismatch at the end", key=repr(key))
+        for i in range(self.cfg.counters):
+            got = self.cache.get_entry(counter_key(i))
+            if got is not None and (got[1] != _COUNTER_FLAG or len(got[0]) != 8):
+                self.violation("foreign counter at the end", key=repr(counter_key(i)))
+        return dict(report)
+
+    def finish(self, stats0: dict[str, int], elapsed: float) -> TortureReport:
+        cfg, w = self.cfg, self.words
+        final_check = self.final_scan()
+        stats = self.cache.stats()
+        if stats["corruptions"] != stats0["corruptions"]:
+            self.violation(
+                "engine counted corruptions",
+                corruptions=stats["corruptions"] - stats0["corruptions"],
+            )
+        samples = list(self.violations)
+        kinds: dict[str, int] = {}
+        for v in self.violations:
+            kinds[v["kind"]] = kinds.get(v["kind"], 0) + 1
+        worker_violations = 0
+        for slot in range(cfg.workers):
+            worker_violations += w[_slot(slot, _VIOLATIONS)]
+            log = self.run_dir / f"violations-{slot}.jsonl"
+            if not log.exists():
+                continue
+            for n, line in enumerate(log.read_text().splitlines()):
+                try:
+                    record = json.loads(line)
+                except ValueError:  # a line cut short by a kill
+                    continue
+                kinds[record["kind"]] = kinds.get(record["kind"], 0) + 1
+                if n < 5:
+                    samples.append(record)
+
+        def total(field: int) -> int:
+            return sum(w[_slot(s, field)] for s in range(cfg.workers))
+
+        hist = [total(_HIST + b) for b in range(_HIST_BUCKETS)]
+        max_slot = max(range(cfg.workers), key=lambda s: w[_slot(s, _MAX_LAT)])
+        ops = total(_OPS)
+        violations = len(self.violations) + worker_violations
+        report = TortureReport(
+            duration_s=round(elapsed, 3),
+            workers=cfg.workers,
+            cache_bytes=self.cache.capacity,
+            shards=self.cache.shard_count,
+            seed=self.seed,
+            operations=ops,
+            ops_per_second=round(ops / elapsed, 1) if elapsed else 0.0,
+            values_verified=total(_VERIFIED),
+            hits=total(_HITS),
+            misses=total(_MISSES),
+            kills=self.kills_random + self.kills_mid_write,
+            kills_random=self.kills_random,
+            kills_mid_write=self.kills_mid_write,
+            mid_write_kills_repaired=self.repaired,
+            worker_starts=total(_STARTS),
+            shard_resets=stats["resets"] - stats0["resets"],
+            corruptions=stats["corruptions"] - stats0["corruptions"],
+            evictions=stats["evictions"] - stats0["evictions"],
+            compactions=stats["compactions"] - stats0["compactions"],
+            counter_rebirths=total(_REBIRTHS),
+            expiry_checks=total(_EXPIRY_CHECKS),
+            latency_p50_us=_percentile(hist, 0.5) / 1e3,
+            latency_p99_us=_percentile(hist, 0.99) / 1e3,
+            latency_p999_us=_percentile(hist, 0.999) / 1e3,
+            latency_max_ms=w[_slot(max_slot, _MAX_LAT)] / 1e6,
+            latency_max_op=_OP_NAMES[w[_slot(max_slot, _MAX_LAT_OP)]],
+            latency_bound_ms=cfg.latency_bound * 1e3,
+            final_check=final_check,
+            violations=violations,
+            violation_kinds=kinds,
+            violation_samples=samples[:20],
+        )
+        self.cache.close()
+        if not cfg.keep and violations == 0:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+        return report
+
+
+def _percentile(hist: Sequence[int], q: float) -> float:
+    """Upper edge (ns) of the histogram bucket holding quantile ``q``."""
+    n = sum(hist)
+    if n == 0:
+        return 0.0
+    rank = q * n
+    seen = 0
+    for b, count in enumerate(hist):
+        seen += count
+        if seen >= rank:
+            return float(2 ** (b + 1))
+    return float(2 ** len(hist))
+
+
+def run(cfg: TortureConfig) -> TortureReport:
+    """Run the torture test described by ``cfg`` and return its report.
+
+    Must be called from the main thread of a process that may fork (the
+    workers are forked from it).
+    """
+    if cfg.workers < 1:
+        raise ValueError("workers must be at least 1")
+    if cfg.keys < 16 or cfg.counters < 1:
+        raise ValueError("keys must be at least 16 and counters at least 1")
+    return _Coordinator(cfg).run()
+
+
+# ----------------------------------------------------------------- command line
+
+
+def _parser() -> argparse.ArgumentParser:
+    d = TortureConfig()
+    p = argparse.ArgumentParser(
+        prog="nearcache torture",
+        description="Hammer a small cache from many processes while killing them; "
+        "verify every value, counter and latency; exit 1 on any violation.",
+    )
+    p.add_argument("--duration", type=float, default=d.duration, help="seconds to run")
+    p.add_argument("--workers", type=int, default=d.workers, help="worker processes")
+    p.add_argument("--size", default=str(d.size), help="cache size (bytes or e.g. 1MiB)")
+    p.add_argument("--shards", type=int, default=d.shards, help="shard count (power of two)")
+    p.add_argument("--keys", type=int, default=d.keys, help="distinct value keys")
+    p.add_argument("--counters", type=int, default=d.counters, help="distinct counter keys")
+    p.add_argument("--max-value", type=int, default=d.max_value, help="usual largest payload")
+    p.add_argument(
+        "--kill-interval",
+        type=float,
+        default=d.kill_interval,
+        help="mean seconds between kills (0: no kills)",
+    )
+    p.add_argument(
+        "--hold-fraction",
+        type=float,
+        default=d.hold_fraction,
+        help="share of kills aimed mid-write",
+    )
+    p.add_argument(
+        "--max-hold",
+        type=float,
+        default=d.max_hold,
+        help="longest wait (s) before killing a worker held mid-write",
+    )
+    p.add_argument(
+        "--latency-bound",
+        type=float,
+        default=d.latency_bound,
+        help="seconds an operation may take before it counts as a violation",
+    )
+    p.add_argument(
+        "--stall-limit",
+        type=float,
+        default=d.stall_limit,
+        help="seconds after which a blocked operation is killed by the watchdog",
+    )
+    p.add_argument("--seed", type=int, default=None, help="random seed (default: random)")
+    p.add_argument("--dir", default=None, help="directory for the run (default: /dev/shm)")
+    p.add_argument("--keep", action="store_true", help="keep the run directory")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry point; returns 0 when there were no violations."""
+    args = _parser().parse_args(argv)
+    cfg = TortureConfig(
+        duration=args.duration,
+        workers=args.workers,
+        size=parse_size(args.size),
+        shards=args.shards,
+        keys=args.keys,
+        counters=args.counters,
+        max_value=args.max_value,
+        kill_interval=args.kill_interval,
+        hold_fraction=args.hold_fraction,
+        max_hold=args.max_hold,
+        latency_bound=args.latency_bound,
+        stall_limit=args.stall_limit,
+        seed=args.seed,
+        directory=args.dir,
+        keep=args.keep,
+    )
+    report = run(cfg)
+    if args.json:
+        print(json.dumps(report.as_dict(), indent=2, sort_keys=True))
+    else:
+        print(report.render())
+    return 0 if report.violations == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

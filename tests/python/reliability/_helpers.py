@@ -1,0 +1,157 @@
+"""Process helpers for the reliability tests: forked children, holds, kills.
+
+Children are forked (not spawned) so that they start in milliseconds; each
+one runs a function and leaves with ``os._exit``, never returning into
+pytest.  A child that must not run any inherited cleanup (such as dropping a
+cache handle it inherited) relies on that.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nearcache import _native
+
+
+@dataclass
+class ChildResult:
+    """How a forked child ended, and what its function returned."""
+
+    exit_code: int | None
+    signal: int | None
+    value: Any = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and self.error is None
+
+
+class Child:
+    """A forked child running ``fn()``; its result comes back through a pipe."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        read, write = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - child
+            os.close(read)
+            code = 0
+            try:
+                payload = pickle.dumps(("ok", fn()))
+            except BaseException:
+                payload = pickle.dumps(("error", traceback.format_exc()))
+                code = 1
+            try:
+                os.write(write, payload)
+            finally:
+                os._exit(code)
+        os.close(write)
+        self.pid = pid
+        self._read = read
+
+    def kill(self) -> None:
+        """SIGKILL the child (it may already be gone)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+
+    def wait(self, timeout: float = 30.0) -> ChildResult:
+        """Wait for the child; SIGKILL it (and fail) after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            done, status = os.waitpid(self.pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() > deadline:
+                self.kill()
+                os.waitpid(self.pid, 0)
+                os.close(self._read)
+                raise TimeoutError(f"child {self.pid} still running after {timeout} s")
+            time.sleep(0.005)
+        chunks = []
+        while chunk := os.read(self._read, 1 << 16):
+            chunks.append(chunk)
+        os.close(self._read)
+        result = ChildResult(
+            exit_code=os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+            signal=os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+        )
+        if chunks:
+            kind, value = pickle.loads(b"".join(chunks))
+            if kind == "ok":
+                result.value = value
+            else:
+                result.error = value
+        return result
+
+
+def in_hold(pid: int) -> bool:
+    """Whether ``pid`` sleeps inside ``_debug_hold_shard_mid_write``.
+
+    The hook sleeps with the shard lock held; the helper processes sleep
+    nowhere else, so a nanosleep in the kernel means the lock is held.
+    """
+    try:
+        wchan = Path(f"/proc/{pid}/wchan").read_text().strip()
+    except OSError:
+        return False
+    return "nanosleep" in wchan
+
+
+def hold_in_child(path: str, key: str, ready_timeout: float = 10.0) -> Child:
+    """Fork a child that opens ``path`` and holds ``key``'s shard mid-write.
+
+    Returns once the child is asleep inside the hold (lock taken, shard
+    half-written); the caller kills it.
+    """
+
+    def hold() -> None:
+        cache = _native.NativeCache(path, 0, create=False)
+        cache._debug_hold_shard_mid_write(key, 3600.0)
+
+    child = Child(hold)
+    deadline = time.monotonic() + ready_timeout
+    while not in_hold(child.pid):
+        if time.monotonic() > deadline:
+            child.kill()
+            raise TimeoutError("the child never reached the hold")
+        time.sleep(0.002)
+    return child
+
+
+def kill_and_reap(child: Child) -> ChildResult:
+    """SIGKILL ``child`` and collect it."""
+    child.kill()
+    return child.wait()
+
+
+def run_python(code: str, timeout: float = 20.0) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter; raises TimeoutExpired if it hangs."""
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def key_in_shard(cache: _native.NativeCache, shard: int, start: int = 0) -> str:
+    """The first key ``k<n>`` (n >= start) that lives in ``shard``."""
+    n = start
+    while cache.shard_of(f"k{n}") != shard:
+        n += 1
+    return f"k{n}"
