@@ -218,7 +218,11 @@ impl Geometry {
         {
             return bad(format!("bad shard size {}", self.shard_size));
         }
-        if !self.slots_per_shard.is_power_of_two() || self.slots_per_shard < 64 {
+        // Checked before arena_offset() multiplies it.
+        if !self.slots_per_shard.is_power_of_two()
+            || self.slots_per_shard < 64
+            || self.slots_per_shard > self.shard_size / 8
+        {
             return bad(format!("bad slot count {}", self.slots_per_shard));
         }
         let arena_off = self.arena_offset();
@@ -347,6 +351,15 @@ mod tests {
         assert!(Geometry::for_size(1 << 20, 3).is_err());
         assert!(Geometry::for_size(1 << 20, 1 << 20).is_err());
         assert!(Geometry::for_size(1 << 20, 1024).is_err());
+    }
+
+    #[test]
+    fn hostile_geometry_is_rejected_without_overflow() {
+        let g = Geometry { shard_count: 1, shard_size: 1 << 20, slots_per_shard: 1 << 62, seed: 0 };
+        assert!(g.validate().is_err());
+        let g =
+            Geometry { shard_count: 1 << 16, shard_size: 1 << 34, slots_per_shard: 64, seed: 0 };
+        assert!(g.validate().is_ok() || g.validate().is_err()); // no overflow panic either way
     }
 
     #[test]

@@ -54,20 +54,33 @@ impl ShardStats {
     }
 }
 
+/// Sums wrap: counters come from a file that may be corrupt or hostile.
 impl std::ops::AddAssign for ShardStats {
     fn add_assign(&mut self, o: ShardStats) {
-        self.hits += o.hits;
-        self.misses += o.misses;
-        self.sets += o.sets;
-        self.deletes += o.deletes;
-        self.evictions += o.evictions;
-        self.expirations += o.expirations;
-        self.resets += o.resets;
-        self.corruptions += o.corruptions;
-        self.compactions += o.compactions;
-        self.items += o.items;
-        self.live_bytes += o.live_bytes;
-        self.used_bytes += o.used_bytes;
-        self.capacity_bytes += o.capacity_bytes;
+        self.hits = self.hits.wrapping_add(o.hits);
+        self.misses = self.misses.wrapping_add(o.misses);
+        self.sets = self.sets.wrapping_add(o.sets);
+        self.deletes = self.deletes.wrapping_add(o.deletes);
+        self.evictions = self.evictions.wrapping_add(o.evictions);
+        self.expirations = self.expirations.wrapping_add(o.expirations);
+        self.resets = self.resets.wrapping_add(o.resets);
+        self.corruptions = self.corruptions.wrapping_add(o.corruptions);
+        self.compactions = self.compactions.wrapping_add(o.compactions);
+        self.items = self.items.wrapping_add(o.items);
+        self.live_bytes = self.live_bytes.wrapping_add(o.live_bytes);
+        self.used_bytes = self.used_bytes.wrapping_add(o.used_bytes);
+        self.capacity_bytes = self.capacity_bytes.wrapping_add(o.capacity_bytes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sums_of_hostile_counters_wrap() {
+        let mut a = ShardStats { hits: u64::MAX, ..ShardStats::default() };
+        a += ShardStats { hits: 2, ..ShardStats::default() };
+        assert_eq!(a.hits, 1);
     }
 }
