@@ -135,6 +135,7 @@ def test_two_hosts_see_each_others_writes(
         assert a.get("page") == expected  # the writer reads its own write from L1
         delays.append(wait_for(lambda expected=expected: b.get("page") == expected))
     assert b.stats()["invalidations_received"] == 21
+    assert a.stats()["invalidations_sent"] == 21
     median_ms = statistics.median(delays) * 1000
     record_property("invalidation_delay_median_ms", round(median_ms, 3))
     record_property("invalidation_delay_max_ms", round(max(delays) * 1000, 3))
@@ -490,3 +491,28 @@ def test_redis_invalidator_reports_its_state(redis_server: RedisServer) -> None:
     invalidator.publish([b"k"])  # publishing needs no subscription
     assert invalidator.stats()["sent"] == 1
     invalidator.close()
+
+
+def test_resp2_reader_handles_split_and_batched_replies() -> None:
+    from nearcache.tiered import _command, _ReplyError, _Resp2Reader
+
+    assert _command(b"PING") == b"*1\r\n$4\r\nPING\r\n"
+    stream = b"*3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n"
+    stream += b"*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$5\r\na\r\nb\x00\r\n"
+    stream += b"*2\r\n$4\r\npong\r\n$0\r\n\r\n+OK\r\n$-1\r\n"
+    expected = [
+        [b"subscribe", b"ch", 1],
+        [b"message", b"ch", b"a\r\nb\x00"],
+        [b"pong", b""],
+        b"OK",
+        None,
+    ]
+    whole = _Resp2Reader()
+    assert whole.feed(stream) == expected
+    pieces = _Resp2Reader()
+    replies = []
+    for i in range(len(stream)):
+        replies += pieces.feed(stream[i : i + 1])
+    assert replies == expected
+    with pytest.raises(_ReplyError):
+        _Resp2Reader().feed(b"-ERR wrong\r\n")

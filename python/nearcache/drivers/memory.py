@@ -146,10 +146,13 @@ class MemoryDriver(Driver):
 
     def get(self, key: Key, default: Any = None) -> Any:
         """Return the value under ``key`` (marking it recently used) or ``default``."""
-        k = key_bytes(key)
+        k = key.encode() if type(key) is str and key else key_bytes(key)
         with self._lock:
-            self._check_open()
-            entry = self._live(k)
+            if self._closed:
+                self._check_open()
+            entry = self._data.get(k)
+            if entry is not None and entry.deadline and entry.deadline <= time.monotonic():
+                entry = self._live(k)  # drops it and counts the expiration
             if entry is None:
                 self._misses += 1
                 return default
