@@ -155,3 +155,60 @@ def key_in_shard(cache: _native.NativeCache, shard: int, start: int = 0) -> str:
     while cache.shard_of(f"k{n}") != shard:
         n += 1
     return f"k{n}"
+
+
+# XXH3-64 (seed 0) for inputs of 17 to 128 bytes: enough to re-checksum the
+# 64 fixed bytes of a cache file header, as anyone able to write the file
+# can (the checksum detects accidents, it is not a signature).
+_XXH_SECRET = bytes.fromhex(
+    "b8fe6c3923a44bbe7c01812cf721ad1cded46de9839097db7240a4a4b7b3671f"
+    "cb79e64eccc0e578825ad07dccff7221b8084674f743248ee03590e6813a264c"
+)
+_MASK64 = (1 << 64) - 1
+_PRIME64_1 = 0x9E3779B185EBCA87
+
+
+def _mix16(data: bytes, at: int, secret_at: int) -> int:
+    lo = int.from_bytes(data[at : at + 8], "little")
+    hi = int.from_bytes(data[at + 8 : at + 16], "little")
+    s_lo = int.from_bytes(_XXH_SECRET[secret_at : secret_at + 8], "little")
+    s_hi = int.from_bytes(_XXH_SECRET[secret_at + 8 : secret_at + 16], "little")
+    product = (lo ^ s_lo) * (hi ^ s_hi)
+    return (product & _MASK64) ^ (product >> 64)
+
+
+def xxh3_64(data: bytes) -> int:
+    """XXH3-64 with seed 0, for 17 <= len(data) <= 64."""
+    n = len(data)
+    if not 17 <= n <= 64:
+        raise ValueError("this helper covers inputs of 17 to 64 bytes")
+    acc = n * _PRIME64_1
+    if n > 32:
+        acc += _mix16(data, 16, 32) + _mix16(data, n - 32, 48)
+    acc += _mix16(data, 0, 0) + _mix16(data, n - 16, 16)
+    h = acc & _MASK64
+    h ^= h >> 37
+    h = (h * 0x165667919E3779F9) & _MASK64
+    return h ^ (h >> 32)
+
+
+def rewrite_header(path: str, **fields: int) -> None:
+    """Change fixed header fields of a cache file and fix its checksum.
+
+    ``fields`` are among shard_count (u32 at 24), shard_size (u64 at 32),
+    slots (u64 at 40), total_size (u64 at 48).
+    """
+    layout = {
+        "shard_count": (24, 4),
+        "shard_size": (32, 8),
+        "slots": (40, 8),
+        "total_size": (48, 8),
+    }
+    with open(path, "r+b") as f:
+        header = bytearray(f.read(72))
+        for name, value in fields.items():
+            at, size = layout[name]
+            header[at : at + size] = value.to_bytes(size, "little")
+        header[64:72] = xxh3_64(bytes(header[:64])).to_bytes(8, "little")
+        f.seek(0)
+        f.write(header)

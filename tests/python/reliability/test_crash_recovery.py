@@ -262,7 +262,7 @@ def test_reopen_after_close_does_not_block(tmp_path: Path) -> None:
     proc = run_python(
         f"""
         import signal
-        signal.alarm(5)
+        signal.alarm(3)
         from nearcache._native import NativeCache
         print(NativeCache({path!r}, {SIZE}, 4).get("k"))
         """

@@ -10,13 +10,12 @@ import time
 from pathlib import Path
 
 import pytest
-
 from nearcache import _native
 from nearcache.torture import (
     TortureConfig,
     TortureReport,
-    counter_regressed,
     counter_key,
+    counter_regressed,
     data_key,
     main,
     make_value,
