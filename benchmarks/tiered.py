@@ -278,13 +278,18 @@ def _host_b(redis_url: str, path: str, prefix: str, conn: Any) -> None:
     cache = TieredCache(ShmDriver(path=path, size="16MiB"), RedisDriver(redis_url, prefix=prefix))
     assert cache.wait_ready(10)
     conn.send("ready")
+    heard = 0
     while True:
         key = conn.recv()
         if key is None:
             break
-        cache.get(key)  # fill L1
-        assert cache.l1.contains(key)
-        conn.send("holding")
+        heard += 1  # wait until B has heard of A's first write, then fill L1
+        deadline = time.monotonic() + 5
+        while cache.stats()["invalidations_received"] < heard and time.monotonic() < deadline:
+            time.sleep(0.0001)
+        cache.get(key)
+        conn.send("holding" if cache.l1.contains(key) else "failed")
+        heard += 1  # the write being timed
         deadline = time.monotonic() + 5
         contains = cache.l1.contains
         while contains(key) and time.monotonic() < deadline:
@@ -311,7 +316,6 @@ def invalidation_delay(redis_url: str, workdir: Path, samples: int) -> dict[str,
     for i in range(samples):
         key = f"key-{i % 50}"
         host_a.set(key, f"old {i}")
-        time.sleep(0.002)  # let B hear about this first write before it reads
         parent.send(key)
         assert parent.recv() == "holding"
         host_a.set(key, f"new {i}")

@@ -953,6 +953,7 @@ class TieredCache(Driver):
             return False
         if touched:
             self._l1.touch(key, self._l1_ttl_for(ttl))
+            self._publish((key,))  # a shorter TTL must not be outlived elsewhere
         else:
             self._bump()
             self._l1.delete(key)

@@ -217,6 +217,19 @@ def test_l1_copies_never_outlive_the_l2_entry(host_factory: Callable[..., Tiered
     assert b.get("short") is None
 
 
+def test_a_ttl_shortened_elsewhere_is_not_outlived(host_factory: Callable[..., TieredCache]) -> None:
+    a, b = host_factory("a"), host_factory("b")
+    a.set("k", "v", ttl=300)
+    settle(b, 1)
+    assert b.get("k") == "v"
+    assert a.touch("k", 0.5)
+    settle(b, 2)
+    assert b.l1.get("k") is None
+    assert b.get("k") == "v"
+    left = b.l1.get_with_ttl("k")[1]
+    assert left is not None and left <= 0.5
+
+
 def test_memcached_l2_with_redis_invalidation(
     memcached_server: MemcachedServer,
     redis_server: RedisServer,
