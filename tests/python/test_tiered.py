@@ -217,7 +217,9 @@ def test_l1_copies_never_outlive_the_l2_entry(host_factory: Callable[..., Tiered
     assert b.get("short") is None
 
 
-def test_a_ttl_shortened_elsewhere_is_not_outlived(host_factory: Callable[..., TieredCache]) -> None:
+def test_a_ttl_shortened_elsewhere_is_not_outlived(
+    host_factory: Callable[..., TieredCache],
+) -> None:
     a, b = host_factory("a"), host_factory("b")
     a.set("k", "v", ttl=300)
     settle(b, 1)
