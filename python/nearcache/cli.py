@@ -10,6 +10,7 @@
     nearcache stats NAME|PATH [--json]  a cache's counters
     nearcache clear NAME|PATH           remove every entry of a cache
     nearcache info NAME|PATH [--check]  a cache file's geometry (and a consistency check)
+    nearcache torture [--duration S] [--workers N] [--json]   kill-and-verify torture test
 
 ``NAME`` is a cache name under the default directory (``/dev/shm/nearcache-<uid>``),
 as in ``Cache("name")``; anything containing a ``/`` is a path.
@@ -101,12 +102,19 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("name", metavar="NAME|PATH")
     info.add_argument("--check", action="store_true", help="verify every shard's invariants")
     info.add_argument("--json", action="store_true", help="print JSON")
+
+    # Options are parsed by nearcache.torture.main (see main() below).
+    sub.add_parser("torture", help="multi-process torture test with random kills (see --help)")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``nearcache`` command; returns the exit status."""
     args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] == ["torture"]:
+        from .torture import main as torture_main
+
+        return torture_main(args_list[1:])
     args = build_parser().parse_args(args_list)
     try:
         if args.command == "bench":
@@ -132,7 +140,8 @@ def _bench(args: argparse.Namespace, argv: list[str]) -> int:
     from .bench.model import BenchResult
     from .bench.workloads import PROFILES, WORKLOADS
 
-    console = Console()
+    # Wide tables stay readable in logs; a terminal keeps its own width.
+    console = Console(width=None if sys.stdout.isatty() else 200)
     err = Console(stderr=True)
     if args.list:
         console.print("[bold]workloads[/bold]")

@@ -170,7 +170,12 @@ def test_native_constructor_raises_only_documented_errors(
         assert not isinstance(exc, nearcache.CorruptFileError), exc
         return
     assert size >= 0 and ttl >= 0 and cache.capacity <= max(size, 64 << 20)
-    cache.set_typed("k", 1)
+    if len(cache.prefix) >= MAX_KEY:  # no room left for any key
+        with pytest.raises(nearcache.InvalidKeyError):
+            cache.set_typed("k", 1)
+    else:
+        cache.set_typed("k", 1)
+        assert cache.get_typed("k") == 1
     cache.check()
 
 

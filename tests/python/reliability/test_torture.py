@@ -209,3 +209,12 @@ def test_runs_as_a_module() -> None:
     )
     assert proc.returncode == 0
     assert "--duration" in proc.stdout
+
+
+def test_nearcache_command_has_a_torture_subcommand(capsys: pytest.CaptureFixture[str]) -> None:
+    from nearcache import cli
+
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["torture", "--help"])
+    assert exit_info.value.code == 0
+    assert "--kill-interval" in capsys.readouterr().out
