@@ -68,6 +68,14 @@ class Child:
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, signal.SIGKILL)
 
+    def reap(self) -> None:
+        """SIGKILL the child if it still runs and collect it (idempotent)."""
+        self.kill()
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(self.pid, 0)
+        with contextlib.suppress(OSError):
+            os.close(self._read)
+
     def wait(self, timeout: float = 30.0) -> ChildResult:
         """Wait for the child; SIGKILL it (and fail) after ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
