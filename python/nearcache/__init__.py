@@ -36,7 +36,6 @@ from nearcache.errors import (
     ValueTooLargeError,
 )
 from nearcache.locks import Lock
-from nearcache.memoize import memoize
 from nearcache.serializers import (
     Compressor,
     JsonSerializer,
@@ -88,7 +87,6 @@ __all__ = [
     "__version__",
     "default_directory",
     "format_size",
-    "memoize",
     "parse_duration",
     "parse_size",
 ]

@@ -191,14 +191,14 @@ class Cache:
             if not isinstance(file_path, str) or not file_path:
                 raise ConfigurationError(f"invalid cache path {path!r}")
             name = os.path.basename(file_path)
-        size_bytes = None if size is None else parse_size(size)
+        try:
+            size_bytes = None if size is None else parse_size(size)
+            default_ttl_ms = ttl_to_ms(ttl) or 0
+            prefix_bytes = encode_prefix(prefix)
+        except (TypeError, ValueError) as exc:
+            raise ConfigurationError(str(exc)) from exc
         if isinstance(shards, bool) or not isinstance(shards, int) or shards < 0:
             raise ConfigurationError(f"shards must be an int >= 0 (0 = automatic), got {shards!r}")
-        try:
-            default_ttl_ms = ttl_to_ms(ttl) or 0
-        except (TypeError, ValueError) as exc:
-            raise ConfigurationError(f"invalid default ttl: {exc}") from exc
-        prefix_bytes = encode_prefix(prefix)
         self._codec = ValueCodec(
             serializer,
             compress=compress,
@@ -498,14 +498,16 @@ class Cache:
 
     def set_many(
         self,
-        mapping: Mapping[Key, Any] | Iterable[tuple[Key, Any]],
+        mapping: Mapping[Any, Any] | Iterable[tuple[Any, Any]],
         ttl: Duration | None = None,
         expire_at: ExpireAt | None = None,
     ) -> None:
         """Store several values, taking each shard's lock once.
 
-        Every value is encoded before anything is written, so a value the
-        serializer rejects leaves the cache unchanged.
+        ``mapping`` is a mapping or an iterable of ``(key, value)`` pairs; keys
+        are checked like everywhere else (str, bytes or int).  Every value is
+        encoded before anything is written, so a value the serializer
+        rejects leaves the cache unchanged.
         """
         ttl_ms = _ttl_ms(ttl, expire_at)
         pairs = mapping.items() if isinstance(mapping, Mapping) else mapping
