@@ -76,6 +76,9 @@ class _DjangoBackend(Backend):
     stores_objects = True
     #: Dotted path of the Django cache class.
     backend_path = ""
+    #: Whether the class takes MAX_ENTRIES/CULL_FREQUENCY (the server-backed ones pass
+    #: OPTIONS to their client library instead).
+    culls: ClassVar[bool] = True
 
     @classmethod
     def unavailable(cls, ctx: BackendContext) -> str | None:
@@ -93,10 +96,8 @@ class _DjangoBackend(Backend):
         self.max_entries = n if n is not None else UNBOUNDED_ENTRIES
         self._limit = f"MAX_ENTRIES={n:,}" if n is not None else "unbounded"
         self.location = self.make_location()
-        self.params: dict[str, Any] = {
-            "TIMEOUT": None,
-            "OPTIONS": {"MAX_ENTRIES": self.max_entries, "CULL_FREQUENCY": 3},
-        }
+        options = {"MAX_ENTRIES": self.max_entries, "CULL_FREQUENCY": 3} if self.culls else {}
+        self.params: dict[str, Any] = {"TIMEOUT": None, "OPTIONS": options}
         self.params.update(self.extra_params())
 
     def make_location(self) -> str:
@@ -270,6 +271,7 @@ class DjangoRedis(_DjangoBackend):
     requires = ("django", "redis")
     server = "redis"
     backend_path = "django.core.cache.backends.redis.RedisCache"
+    culls = False
     tradeoff = "a network server: one round trip per call, but shared by every host"
 
     def make_location(self) -> str:
@@ -298,6 +300,7 @@ class DjangoMemcached(_DjangoBackend):
     requires = ("django", "pymemcache")
     server = "memcached"
     backend_path = "django.core.cache.backends.memcached.PyMemcacheCache"
+    culls = False
     tradeoff = "a network server: one round trip per call, but shared by every host"
 
     def setup(self) -> None:

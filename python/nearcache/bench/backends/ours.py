@@ -27,6 +27,17 @@ UNBOUNDED_SIZE = 64 * 1024 * 1024
 _calibrated: dict[tuple[int, int, int], int] = {}
 
 
+def _release() -> None:
+    """Closing a handle = dropping it (its last reference unmaps the file).
+
+    The engine's explicit ``close()`` currently keeps the file descriptor open
+    with an exclusive attach lock, so the next open of the same file in this
+    process (or in a child forked later) waits forever; until that is fixed,
+    handles are released by reference counting, which unmaps and closes the
+    descriptor.
+    """
+
+
 def _nearcache_dir(ctx: BackendContext) -> Path:
     configured = ctx.options.get("nearcache_dir")
     if configured:
@@ -115,16 +126,10 @@ class _NearcacheFileBackend(Backend):
         self.size, self._limit = nearcache_file_size(self.ctx, self.capacity)
         self.path = str(_nearcache_dir(self.ctx) / f"bench-{self.ctx.run_id}-{self.tag}")
         native = import_module("nearcache._native")
-        first = native.NativeCache(self.path, self.size, recreate=True)
-        first.close()
+        native.NativeCache(self.path, self.size, recreate=True)  # released at once (_release)
 
     def clear(self) -> None:
-        native = import_module("nearcache._native")
-        cache = native.NativeCache(self.path, self.size)
-        try:
-            cache.clear()
-        finally:
-            cache.close()
+        import_module("nearcache._native").NativeCache(self.path, self.size).clear()
 
     def destroy(self) -> None:
         with contextlib.suppress(OSError):
@@ -138,10 +143,11 @@ class NearcacheNative(_NearcacheFileBackend):
     name = "nearcache-native"
     title = "nearcache._native.NativeCache (shared memory, raw bytes path)"
     requires = ("nearcache._native",)
+    tradeoff = "is the engine without the Python layer: bytes values only, no serializer"
 
     def open(self) -> Handle:
         cache = import_module("nearcache._native").NativeCache(self.path, self.size)
-        return Handle(get=cache.get, set=cache.set, delete=cache.delete, close=cache.close)
+        return Handle(get=cache.get, set=cache.set, delete=cache.delete, close=_release)
 
 
 @register
@@ -162,7 +168,7 @@ class NearcacheCache(_NearcacheFileBackend):
 
     def open(self) -> Handle:
         cache = import_module("nearcache").Cache(path=self.path, size=self.size)
-        return Handle(get=cache.get, set=cache.set, delete=cache.delete, close=cache.close)
+        return Handle(get=cache.get, set=cache.set, delete=cache.delete, close=_release)
 
 
 @register
@@ -183,7 +189,7 @@ class NearcacheTiered(Backend):
         self.path = str(_nearcache_dir(self.ctx) / f"bench-{self.ctx.run_id}-{self.tag}")
         self.prefix = f"nearcache-bench:{self.ctx.run_id}:{self.tag}:"
         self._limit = f"L1 {l1_limit}; L2 unbounded"
-        self._build().close()
+        self._close(self._build())
 
     def _build(self) -> Any:
         drivers = import_module("nearcache.drivers")
@@ -191,16 +197,28 @@ class NearcacheTiered(Backend):
         l2 = drivers.RedisDriver(str(self.ctx.redis_url), prefix=self.prefix)
         return import_module("nearcache.tiered").TieredCache(l1, l2)
 
+    @staticmethod
+    def _close(cache: Any) -> None:
+        """Stop the invalidation listener; the tiers go with the last reference.
+
+        See :func:`_release` for why the L1 file is not closed explicitly.
+        """
+        invalidator = cache.invalidator
+        if invalidator is not None:
+            invalidator.close()
+
     def open(self) -> Handle:
         cache = self._build()
-        return Handle(get=cache.get, set=cache.set, delete=cache.delete, close=cache.close)
+        return Handle(
+            get=cache.get, set=cache.set, delete=cache.delete, close=lambda: self._close(cache)
+        )
 
     def clear(self) -> None:
         cache = self._build()
         try:
             cache.clear()
         finally:
-            cache.close()
+            self._close(cache)
 
     def destroy(self) -> None:
         with contextlib.suppress(Exception):

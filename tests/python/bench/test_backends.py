@@ -1,0 +1,148 @@
+"""Every backend adapter honours the same small contract, or says why it cannot run."""
+
+from __future__ import annotations
+
+import os
+import pickle
+from pathlib import Path
+
+import pytest
+from nearcache.bench.backends import (
+    Backend,
+    BackendContext,
+    Capacity,
+    Scope,
+    all_backends,
+    get_backend,
+    register,
+)
+from nearcache.bench.backends.base import format_bytes
+
+NO_SERVER = [b.name for b in all_backends() if b.server is None]
+WITH_SERVER = [b.name for b in all_backends() if b.server is not None]
+
+
+def _roundtrip(backend: Backend) -> None:
+    handle = backend.open()
+    try:
+        value = b"\x00value" * 10
+        assert handle.get("absent-key") is None
+        handle.set("some-key", value)
+        assert handle.get("some-key") == value
+        if backend.stores_objects:
+            obj = {"a": [1, 2.5, "x"]}
+            handle.set("obj-key", obj)
+            assert handle.get("obj-key") == obj
+        else:
+            handle.set("obj-key", pickle.dumps({"a": 1}))
+            assert pickle.loads(handle.get("obj-key")) == {"a": 1}
+        handle.delete("some-key")
+        assert handle.get("some-key") is None
+        handle.set("other", value)
+    finally:
+        handle.close()
+    backend.clear()
+    handle = backend.open()
+    try:
+        assert handle.get("other") is None
+    finally:
+        handle.close()
+
+
+@pytest.mark.parametrize("name", NO_SERVER)
+def test_local_backend_contract(name: str, ctx: BackendContext) -> None:
+    cls = get_backend(name)
+    reason = cls.unavailable(ctx)
+    if reason is not None:
+        assert reason and "\n" not in reason
+        pytest.skip(reason)
+    backend = cls(ctx, Capacity(items=100, entry_bytes=80, key_bytes=16, value_bytes=64), "t")
+    try:
+        assert backend.limit()
+        _roundtrip(backend)
+    finally:
+        backend.destroy()
+
+
+@pytest.mark.parametrize("name", WITH_SERVER)
+def test_server_backends_skip_without_a_server(name: str, ctx: BackendContext) -> None:
+    reason = get_backend(name).unavailable(ctx)
+    assert reason is not None and "\n" not in reason
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("name", WITH_SERVER)
+def test_server_backend_contract(name: str, server_ctx: BackendContext) -> None:
+    cls = get_backend(name)
+    reason = cls.unavailable(server_ctx)
+    if reason is not None:
+        pytest.skip(reason)
+    backend = cls(server_ctx, Capacity(entry_bytes=80), "t")
+    try:
+        _roundtrip(backend)
+    finally:
+        backend.destroy()
+
+
+def test_process_local_store_is_per_process(ctx: BackendContext) -> None:
+    backend = get_backend("dict")(ctx, Capacity(), "t")
+    handle = backend.open()
+    handle.set("k", b"v")
+    pid = os.fork()
+    if pid == 0:  # a child sees an empty store of its own
+        os._exit(0 if backend.open().get("k") is None else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert backend.open().get("k") == b"v"
+
+
+def test_capacity_conversions() -> None:
+    assert Capacity(items=10, entry_bytes=100).max_bytes() == 1000
+    assert Capacity(bytes=1000, entry_bytes=100).max_items() == 10
+    assert Capacity().max_items() is None and not Capacity().bounded
+    assert Capacity(items=5).describe() == "5 entries"
+    assert format_bytes(1536) == "1.5 KiB"
+
+
+def test_count_bounded_backends_evict(ctx: BackendContext) -> None:
+    for name in ("cachetools", "cachebox", "django-locmem"):
+        cls = get_backend(name)
+        if cls.unavailable(ctx):
+            continue
+        backend = cls(ctx, Capacity(items=50, entry_bytes=20), name)
+        handle = backend.open()
+        for i in range(200):
+            handle.set(f"k{i}", b"v")
+        present = sum(handle.get(f"k{i}") is not None for i in range(200))
+        assert 0 < present <= 50, name
+        backend.destroy()
+
+
+def test_nearcache_file_is_calibrated_to_the_entry_count(ctx: BackendContext) -> None:
+    cls = get_backend("nearcache-native")
+    if cls.unavailable(ctx):
+        pytest.skip("native module not built")
+    backend = cls(ctx, Capacity(items=1000, entry_bytes=48, key_bytes=8, value_bytes=40), "cal")
+    try:
+        handle = backend.open()
+        kept = 0
+        for i in range(1000):
+            handle.set(f"key:{i:04d}", b"v" * 40)
+        kept = sum(handle.get(f"key:{i:04d}") is not None for i in range(1000))
+        # Calibrated to hold 1,000 such entries before its first eviction.
+        assert kept >= 950
+        assert "holds ~1,000 entries" in backend.limit()
+    finally:
+        backend.destroy()
+    assert not Path(backend.path).exists()
+
+
+def test_register_rejects_duplicates() -> None:
+    class Dup(Backend):
+        name = "dict"
+        scope = Scope.PROCESS
+
+    with pytest.raises(ValueError):
+        register(Dup)
+    with pytest.raises(KeyError):
+        get_backend("no-such-backend")

@@ -1,0 +1,141 @@
+"""A tiny run of every workload: shapes and sanity of the figures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from nearcache.bench import PROFILES, RunOptions, run
+from nearcache.bench.model import BenchResult, WorkloadResult
+from nearcache.bench.workloads.zipf import lru_hit_ratio
+
+PEERS = ["dict", "cachetools", "diskcache", "django-locmem", "lmdb"]
+OURS = ["nearcache-native", "nearcache"]
+
+
+def _run(workload: str, tmp_path: Path, backends: list[str]) -> tuple[BenchResult, WorkloadResult]:
+    result, tables = run(
+        RunOptions(
+            workloads=[workload],
+            backends=backends,
+            profile=PROFILES["tiny"],
+            workdir=tmp_path,
+            nearcache_dir=tmp_path / "shm",
+            progress=False,
+            print_tables=False,
+        )
+    )
+    assert [w.name for w in result.workloads] == [workload]
+    assert tables[workload], "every workload renders at least one table"
+    return result, result.workloads[0]
+
+
+def _ran(result: BenchResult, names: list[str]) -> list[str]:
+    return [n for n in names if (s := result.backend(n)) is not None and s.available]
+
+
+def test_chi_2010(tmp_path: Path) -> None:
+    result, w = _run("chi-2010", tmp_path, PEERS + OURS)
+    assert [c.case for c in w.cases] == [
+        "1:10-small", "1:10-medium", "1:10-large", "1:1-medium", "1:100-medium", "get", "set",
+    ]  # fmt: skip
+    for case in w.cases:
+        assert not case.skipped, case.skipped
+        assert {m.backend for m in case.measurements} == set(_ran(result, PEERS + OURS))
+        for m in case.measurements:
+            assert m.metrics["ops_per_s"] > 0
+            assert m.metrics["hit_rate"] == 1.0  # every key was stored first
+            assert [r["ops"] for r in m.runs] == [404.0]  # tiny: exactly the configured ops
+
+
+def test_fastmmap_2004_hit_rates_differ_under_eviction(tmp_path: Path) -> None:
+    _, w = _run("fastmmap-2004", tmp_path, ["dict", "cachetools", "diskcache", *OURS])
+    assert len(w.cases) == 6
+    big = w.case("bin-1628")
+    small = w.case("bin-147")
+    assert big is not None and small is not None
+    for case in w.cases:
+        for m in case.measurements:
+            for key in ("ghitr", "mhitr"):
+                assert 0.0 <= m.metrics[key] <= 1.0
+            assert m.metrics["stored"] == 120  # tiny: every key stored
+            assert m.runs[0]["false_hits"] == 0  # never-stored keys never hit
+            for key in ("set_per_s", "get_per_s", "mix_per_s"):
+                assert m.metrics[key] > 0
+    dict_big, lru_big, lru_small = big.get("dict"), big.get("cachetools"), small.get("cachetools")
+    assert dict_big and lru_big and lru_small
+    assert dict_big.metrics["ghitr"] == 1.0  # unbounded
+    assert lru_small.metrics["ghitr"] == 1.0  # small values fit the budget
+    assert lru_big.metrics["ghitr"] < 0.8  # large ones do not
+
+
+def test_open_per_request_skips_process_local_caches(tmp_path: Path) -> None:
+    _, w = _run("open-per-request", tmp_path, ["dict", "diskcache", "lmdb", *OURS])
+    case = w.cases[0]
+    assert "dict" in case.skipped and "process-local" in case.skipped["dict"]
+    assert case.get("diskcache") is not None
+    for m in case.measurements:
+        assert m.metrics["open_requests_per_s"] > 0
+        assert m.metrics["kept_requests_per_s"] > 0
+        assert m.metrics["open_cost_ns"] >= 0
+        assert 0.5 <= m.metrics["hit_rate"] <= 1.0
+
+
+@pytest.mark.timeout(120)
+def test_django_8proc_pools_all_processes(tmp_path: Path) -> None:
+    result, w = _run("django-8proc", tmp_path, ["dict", "django-locmem", "diskcache", *OURS])
+    case = w.cases[0]
+    assert not case.skipped, case.skipped
+    assert {m.backend for m in case.measurements} == set(
+        _ran(result, ["dict", "django-locmem", "diskcache", *OURS])
+    )
+    for m in case.measurements:
+        mm = m.metrics
+        counts = [mm[f"{a}_count"] for a in ("get", "set", "delete")]
+        assert sum(counts) == 8 * 150  # tiny: every op of every worker, pooled
+        assert mm["ops"] == 8 * 150
+        assert counts[0] > counts[1] > counts[2]  # 90 / 9 / 1
+        assert m.info["get_per_process_count"] and len(m.info["get_per_process_count"]) == 8
+        assert mm["get_p50_ns"] <= mm["get_p99_ns"] <= mm["get_max_ns"]
+        assert 0 <= mm["get_miss"] <= counts[0]
+        assert mm["errors"] == 0
+        assert sum(c for _, c in m.info["get_histogram"]) == counts[0]
+    # locmem is limited to 1,000 of the 1,100 keys and culls: it misses; dict does not cull.
+    locmem, plain = case.get("django-locmem"), case.get("dict")
+    assert locmem and plain
+    assert locmem.metrics["get_miss"] > plain.metrics["get_miss"]
+
+
+def test_zipf_matches_exact_lru_for_an_lru(tmp_path: Path) -> None:
+    _, w = _run("zipf", tmp_path, ["dict", "cachetools", *OURS])
+    assert [c.case for c in w.cases] == ["zipf", "zipf+scan"]
+    for case in w.cases:
+        lru = case.get("cachetools")
+        unbounded = case.get("dict")
+        assert lru and unbounded
+        # cachetools.LRUCache is an exact LRU: its cache-aside hit ratio equals the simulation.
+        assert lru.metrics["hit_ratio"] == pytest.approx(lru.metrics["lru_hit_ratio"])
+        assert unbounded.metrics["hit_ratio"] >= lru.metrics["hit_ratio"]
+        for m in case.measurements:
+            assert 0.0 < m.metrics["hit_ratio"] < 1.0
+            assert m.metrics["requests"] == 2000
+    scan = w.case("zipf+scan")
+    plain = w.case("zipf")
+    assert scan and plain
+    assert (
+        scan.get("cachetools").metrics["hit_ratio"] < plain.get("cachetools").metrics["hit_ratio"]
+    )  # type: ignore[union-attr]
+
+
+def test_lru_simulation() -> None:
+    keys = ["a", "b", "a", "c", "a", "b"]
+    # capacity 2: a b | a(hit) c(evicts b) a(hit) b(miss)
+    assert lru_hit_ratio(keys, 2, 0) == pytest.approx(2 / 6)
+    assert lru_hit_ratio(keys, 2, 2) == pytest.approx(2 / 4)
+
+
+def test_failing_backend_is_skipped_with_a_reason(tmp_path: Path) -> None:
+    result, w = _run("chi-2010", tmp_path, ["dict", "redis"])
+    status = result.backend("redis")
+    assert status is not None and not status.available and "Redis" in status.reason
+    assert all(c.get("redis") is None for c in w.cases)
