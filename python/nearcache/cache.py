@@ -36,10 +36,10 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import timedelta
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar, cast, overload
 
 from nearcache import _native
-from nearcache.errors import ConfigurationError
+from nearcache.errors import CacheClosedError, ConfigurationError
 from nearcache.keys import Key, decode_key, encode_key, encode_prefix, native_key
 from nearcache.serializers import (
     Compressor,
@@ -76,6 +76,25 @@ _MISS: Final = object()
 _NATIVE_MISSING: Final = _native.MISSING
 _DIRECT_TYPES: Final = frozenset({bytes, str, int, float, bool, type(None)})
 _DIRECT_TYPES_COMPRESSED: Final = frozenset({int, float, bool, type(None)})
+
+
+class _ClosedEngine:
+    """Stands in for the engine after :meth:`Cache.close`: every use raises."""
+
+    closed = True
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    @staticmethod
+    def fail(*args: object, **kwargs: object) -> NoReturn:
+        raise CacheClosedError("the cache is closed")
+
+    def __getattr__(self, name: str) -> Callable[..., NoReturn]:
+        return self.fail
+
+    def __len__(self) -> int:
+        self.fail()
 
 
 def default_directory() -> str:
@@ -678,8 +697,21 @@ class Cache:
         self._native.flush()
 
     def close(self) -> None:
-        """Unmap the file; any later operation raises :class:`~nearcache.CacheClosedError`."""
-        self._native.close()
+        """Release the file; any later operation raises :class:`~nearcache.CacheClosedError`.
+
+        The engine object is dropped here, not left to the garbage collector,
+        so the mapping and the file descriptor (with its lock on the file)
+        are released at once, unless :attr:`native` is still referenced
+        elsewhere.  Idempotent.
+        """
+        native = self._native
+        if native.closed:
+            return
+        native.close()
+        closed: Any = _ClosedEngine(native.path)
+        self._native = closed
+        self._get_typed = self._set_typed = self._add_typed = closed.fail
+        self._pop_typed = self._delete = self._contains = closed.fail
 
     def __enter__(self) -> Cache:
         return self

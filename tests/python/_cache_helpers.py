@@ -1,7 +1,9 @@
 """Shared fixtures and process workers for the Cache API tests.
 
-Workers live here (not in the test modules) so that processes started with
-the ``spawn`` method can import them by name.
+Test modules load it with ``pytest_plugins = ["_cache_helpers"]`` and import
+the workers inside their tests (a top-level import would happen before
+pytest can rewrite this module's asserts).  Workers live here, not in the
+test modules, so that processes started with ``spawn`` can import them.
 """
 
 from __future__ import annotations
@@ -16,14 +18,17 @@ from typing import Any
 import pytest
 from nearcache import Cache
 
-SIGNING_KEY = b"0123456789abcdef0123456789abcdef"
 
-
-def raw_entry(cache: Cache, key: str | bytes) -> tuple[bytes, int]:
-    """The stored (payload, flags) of ``key``, read below the Python layer."""
+def _raw_entry(cache: Cache, key: str | bytes) -> tuple[bytes, int]:
     entry = cache.native.get_entry(key)
     assert entry is not None, f"{key!r} is not in the cache"
     return entry
+
+
+@pytest.fixture
+def raw_entry() -> Callable[[Cache, str | bytes], tuple[bytes, int]]:
+    """Reads the stored (payload, flags) of a key, below the Python layer."""
+    return _raw_entry
 
 
 @pytest.fixture

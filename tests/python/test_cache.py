@@ -16,12 +16,14 @@ from typing import Any
 
 import nearcache
 import pytest
-from _cache_helpers import SIGNING_KEY, raw_entry
 from nearcache import Cache, SignedCache, format_size
 
 # --------------------------------------------------------------------- construction
 
 pytest_plugins = ["_cache_helpers"]
+
+SIGNING_KEY = b"0123456789abcdef0123456789abcdef"
+RawEntry = Callable[[Cache, str], tuple[bytes, int]]
 
 
 def test_named_cache_lives_in_the_default_directory(cache_dir: Path) -> None:
@@ -202,7 +204,9 @@ def test_values_round_trip_with_exact_type(cache: Cache, value: Any) -> None:
 
 
 @pytest.mark.parametrize("value", NATIVE_VALUES, ids=repr)
-def test_native_values_are_stored_without_a_serializer(cache: Cache, value: Any) -> None:
+def test_native_values_are_stored_without_a_serializer(
+    cache: Cache, value: Any, raw_entry: RawEntry
+) -> None:
     cache.set("k", value)
     _, flags = raw_entry(cache, "k")
     assert flags < nearcache._native.FLAG_USER
@@ -507,7 +511,9 @@ def test_entries_written_by_another_process_are_visible(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------- signing
 
 
-def test_signed_cache_round_trips_and_rejects_forgeries(make_cache: Callable[..., Cache]) -> None:
+def test_signed_cache_round_trips_and_rejects_forgeries(
+    make_cache: Callable[..., Cache], raw_entry: RawEntry
+) -> None:
     c = make_cache(signing_key=SIGNING_KEY, prefix="ns:")
     assert isinstance(c, SignedCache)
     for value in [*NATIVE_VALUES, [1, 2], {"a": b"b"}]:
@@ -534,7 +540,7 @@ def test_signed_cache_round_trips_and_rejects_forgeries(make_cache: Callable[...
     assert c.stats()["signature_failures"] == 9
 
 
-def test_signature_binds_the_prefix(make_cache: Callable[..., Cache]) -> None:
+def test_signature_binds_the_prefix(make_cache: Callable[..., Cache], raw_entry: RawEntry) -> None:
     one = make_cache(signing_key=SIGNING_KEY, prefix="one:")
     bare = make_cache(signing_key=SIGNING_KEY)
     one.set("k", "v")

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import nearcache
 import pytest
-from _cache_helpers import lock_and_die_worker, lock_counter_worker
 from nearcache import Cache, Lock
 
 pytest_plugins = ["_cache_helpers"]
@@ -122,6 +121,8 @@ def test_lock_from_another_process_cannot_be_released_here(tmp_path: Path) -> No
 
 
 def test_mutual_exclusion_across_processes(tmp_path: Path) -> None:
+    from _cache_helpers import lock_counter_worker
+
     path = tmp_path / "c"
     workers, rounds = 4, 15
     with Cache(path=path, size="1MiB") as cache:
@@ -141,6 +142,8 @@ def test_mutual_exclusion_across_processes(tmp_path: Path) -> None:
 
 
 def test_holder_killed_while_holding(tmp_path: Path) -> None:
+    from _cache_helpers import lock_and_die_worker
+
     path = tmp_path / "c"
     with Cache(path=path, size="1MiB") as cache:
         ctx = multiprocessing.get_context("fork")

@@ -20,7 +20,6 @@ from typing import Any
 
 import nearcache
 import pytest
-from _cache_helpers import memoize_worker
 from hypothesis import given
 from hypothesis import strategies as st
 from nearcache import Cache, Lock
@@ -491,6 +490,8 @@ def test_canonical_bytes_equal_only_for_equal_values(a: Any, b: Any) -> None:
 
 @pytest.mark.parametrize("method", ["fork", "spawn"])
 def test_stampede_across_processes_runs_the_function_once(tmp_path: Path, method: str) -> None:
+    from _cache_helpers import memoize_worker
+
     workers = 4 if method == "fork" else 3
     path = tmp_path / "stampede"
     with Cache(path=path, size="1MiB") as cache:

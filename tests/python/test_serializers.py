@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 import zstandard
-from _cache_helpers import SIGNING_KEY, raw_entry
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from nearcache import Cache, ConfigurationError, SerializationError, _native
@@ -31,6 +30,9 @@ from nearcache.serializers import (
 )
 
 pytest_plugins = ["_cache_helpers"]
+
+SIGNING_KEY = b"0123456789abcdef0123456789abcdef"
+RawEntry = Callable[[Cache, str], tuple[bytes, int]]
 
 json_values = st.recursive(
     st.none()
@@ -136,7 +138,7 @@ def test_native_values_keep_exact_type(value: Any, options: dict[str, Any]) -> N
 @settings(max_examples=100, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(value=native_values)
 def test_python_native_encoding_matches_the_engine(
-    value: Any, make_cache: Callable[..., Cache]
+    value: Any, make_cache: Callable[..., Cache], raw_entry: RawEntry
 ) -> None:
     """What the engine stores for a native value is what encode_native produces."""
     cache = make_cache("native-enc")
@@ -336,7 +338,9 @@ def test_decode_native_matches_struct() -> None:
 # ------------------------------------------------------------------ through the cache
 
 
-def test_compressed_values_through_the_cache(make_cache: Callable[..., Cache]) -> None:
+def test_compressed_values_through_the_cache(
+    make_cache: Callable[..., Cache], raw_entry: RawEntry
+) -> None:
     cache = make_cache(compress="zstd", compress_threshold=100)
     page = "<html>" + "lorem ipsum " * 500 + "</html>"
     cache.set("page", page)
