@@ -17,6 +17,7 @@ import math
 import multiprocessing
 import pickle
 import threading
+import warnings
 from collections.abc import Iterator
 from itertools import count
 from pathlib import Path
@@ -268,6 +269,26 @@ def test_key_warnings_and_long_keys(cache: NearCache) -> None:
     stored = [k for k in cache.cache if isinstance(k, str) and k.startswith("nearcache:")]
     assert len(stored) == 1
     assert len(stored[0]) < 100
+
+
+def test_subclass_key_overrides_are_used(location: str) -> None:
+    class Liberal(NearCache):
+        def validate_key(self, key: str) -> None:
+            pass
+
+    class Custom(NearCache):
+        def make_key(self, key: Any, version: int | None = None) -> str:
+            return f"custom-{key}"
+
+    liberal = Liberal(location, {"OPTIONS": {"size": "4MiB"}})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        liberal.set("with space", 1)
+    assert liberal.get("with space") == 1
+    custom = Custom(location, {"OPTIONS": {"size": "4MiB"}})
+    custom.set("k", 2)
+    assert "custom-k" in custom.cache
+    assert custom.get_many(["k"]) == {"k": 2}
 
 
 def test_empty_made_key_is_stored(location: str) -> None:
