@@ -1,34 +1,36 @@
 #!/usr/bin/env python3
 """Run Django's own cache test suite against nearcache's Django backends.
 
-For each pinned Django version this script
+For each pinned Django version (:data:`PINNED_VERSIONS`) this script
 
 1. downloads Django's source distribution with
    ``pip download --no-binary :all: --no-deps django==<version>`` into a cache
    directory outside the repository (``$NEARCACHE_DJANGO_CACHE``, default
    ``~/.cache/nearcache/django-tests``) and extracts its ``tests/`` directory
    there (Django's test files are never copied into this repository);
-2. makes a virtual environment beside it (``--system-site-packages``, so
-   nearcache, redis and pymemcache come from the main environment) and installs
-   that exact Django version into it;
-3. starts ``redis-server`` and ``memcached`` on free loopback ports for the
-   tiered backend's tests (stopped by PID at the end);
-4. runs Django's ``runtests.py`` on the ``cache`` test package plus
-   ``nearcache_djtests.tests`` (the subclasses of Django's ``BaseCacheTests``
+2. makes a virtualenv there with exactly that Django: with the running
+   interpreter and ``--system-site-packages`` (so nearcache, redis and
+   pymemcache come from the main environment), or, when that Django needs a
+   newer Python, with the oldest suitable interpreter found, the client
+   libraries from PyPI and nearcache built from this checkout;
+3. runs Django's ``runtests.py`` twice, in parallel with the other versions,
+   each run with its own redis-server and memcached on free loopback ports
+   (stopped by PID afterwards): once on Django's ``cache`` tests (with
+   Django's own Redis and pymemcache backends pointed at those servers), once
+   on ``nearcache_djtests.tests`` (subclasses of Django's ``BaseCacheTests``
    for nearcache's backends), with a runner that records every outcome;
-5. prints a summary per version and closes with one line
-   ``django-cache-suite: N passed, N failed, N skipped``.
+4. prints a summary per version, the failures with their tracebacks, and one
+   closing line ``django-cache-suite: N passed, N failed, N skipped``.
 
-The versions run concurrently (the suite mostly sleeps in expiry tests).
-Exit status: 0 when every test passed (Django's own skips of backends that are
-not configured, such as pylibmc, are allowed; a skip in nearcache's classes is
-not), 1 otherwise.
+Exit status 0 when every test passed.  Skips are allowed in Django's own
+classes (backends that are not installed, such as pylibmc) and, in
+nearcache's classes, only for the tests listed in ``NOT_APPLICABLE``.
 
 Usage::
 
-    python tests/django/run.py                 # the pinned versions
-    python tests/django/run.py --django 5.2.19 # one version
-    python tests/django/run.py -k test_cull    # only tests matching a pattern
+    tests/django/run.sh                          # the pinned versions
+    tests/django/run.sh --django 5.2.19          # one version
+    tests/django/run.sh --group nearcache -k cull
 """
 
 from __future__ import annotations
