@@ -18,6 +18,7 @@ import statistics
 import tempfile
 import timeit
 import uuid
+
 from nearcache import _native
 
 

@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from nearcache import _native as n
 
 
@@ -31,7 +30,8 @@ def test_bytes_round_trip_and_str_keys(cache: n.NativeCache) -> None:
 
 
 @pytest.mark.parametrize(
-    "value", [b"", b"bytes", "", "text ✓", 0, -1, 2**63 - 1, -(2**63), 1.5, float("inf"), True, False, None]
+    "value",
+    [b"", b"bytes", "", "text ✓", 0, -1, 2**63 - 1, -(2**63), 1.5, float("inf"), True, False, None],
 )
 def test_typed_values_round_trip(cache: n.NativeCache, value: object) -> None:
     cache.set_typed("k", value)
@@ -145,7 +145,12 @@ def test_bad_input_raises_clear_errors_and_loses_nothing(cache: n.NativeCache) -
 
 @pytest.mark.parametrize(
     ("size", "shards", "match"),
-    [(-1, 0, "size"), (100, 0, "minimum"), (1 << 20, 3, "power of two"), (1 << 20, 1 << 20, "shards")],
+    [
+        (-1, 0, "size"),
+        (100, 0, "minimum"),
+        (1 << 20, 3, "power of two"),
+        (1 << 20, 1 << 20, "shards"),
+    ],
 )
 def test_bad_geometry(tmp_path: Path, size: int, shards: int, match: str) -> None:
     with pytest.raises(n.InvalidArgumentError, match=match):
