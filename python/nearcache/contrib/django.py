@@ -117,12 +117,22 @@ _MAX_TTL_SECONDS: Final = MAX_TTL_MS // 1000
 # The characters Django's memcache_key_warnings() warns about.
 _memcached_bad_char: Final = re.compile(r"[\x00-\x20\x7f]").search
 
-_open_caches: dict[tuple[Any, ...], Cache] = {}
+# (location, options) -> (the cache, the options it was opened with)
+_open_caches: dict[tuple[Any, ...], tuple[Cache, dict[str, Any]]] = {}
 _open_lock = threading.Lock()
 
 
 def _freeze(value: Any) -> Any:
-    """A hashable stand-in for an option value (identity for unhashable objects)."""
+    """A hashable stand-in for an option value.
+
+    Dicts and lists are compared by content; other unhashable objects by
+    identity (the registries keep a reference to the options, so an id is
+    never reused while its entry exists).
+    """
+    if isinstance(value, Mapping):
+        return ("dict", tuple(sorted((str(k), _freeze(v)) for k, v in value.items())))
+    if isinstance(value, (list, tuple)):
+        return ("list", tuple(_freeze(v) for v in value))
     try:
         hash(value)
     except TypeError:
@@ -138,16 +148,16 @@ def open_cache(location: str, options: Mapping[str, Any]) -> Cache:
     per location and options, so every Django alias and thread naming the
     same file shares one mapping.
     """
-    key = (location, tuple(sorted((k, _freeze(v)) for k, v in options.items())))
+    key = (location, _freeze(options))
     with _open_lock:
-        cache = _open_caches.get(key)
-        if cache is None or cache.closed:
+        entry = _open_caches.get(key)
+        if entry is None or entry[0].closed:
             if "/" in location or location.startswith("~"):
                 cache = Cache(path=os.path.expanduser(location), **options)
             else:
                 cache = Cache(location or DEFAULT_LOCATION, **options)
-            _open_caches[key] = cache
-        return cache
+            entry = _open_caches[key] = (cache, dict(options))
+        return entry[0]
 
 
 def _check_options(backend: str, options: Mapping[str, Any], valid: Iterable[str]) -> None:
@@ -540,7 +550,8 @@ TIERED_OPTIONS: Final = frozenset(
 #: The L1 of :class:`TieredNearCache` when ``OPTIONS`` give none.
 DEFAULT_L1: Final = "nearcache://django-l1"
 
-_open_tiered: dict[tuple[Any, ...], Any] = {}
+# (L2 URL, L1, options) -> (the tiered cache, the L1 and options it was made with)
+_open_tiered: dict[tuple[Any, ...], tuple[Any, Any]] = {}
 
 
 def open_tiered(location: str, l1: Any, options: Mapping[str, Any]) -> Any:
@@ -551,13 +562,13 @@ def open_tiered(location: str, l1: Any, options: Mapping[str, Any]) -> Any:
     """
     from nearcache.config import from_dict
 
-    key = (location, _freeze(l1), tuple(sorted((k, _freeze(v)) for k, v in options.items())))
+    key = (location, _freeze(l1), _freeze(options))
     with _open_lock:
-        tiered = _open_tiered.get(key)
-        if tiered is None or tiered.closed:
+        entry = _open_tiered.get(key)
+        if entry is None or entry[0].closed:
             tiered = from_dict({"l1": l1, "l2": location, **options})
-            _open_tiered[key] = tiered
-        return tiered
+            entry = _open_tiered[key] = (tiered, (l1, dict(options)))
+        return entry[0]
 
 
 class TieredNearCache(NearCache):

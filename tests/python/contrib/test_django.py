@@ -500,3 +500,13 @@ def test_tiered_timeouts(tiered: TieredNearCache) -> None:
 def test_tiered_bad_configuration(location: str, options: dict[str, Any], message: str) -> None:
     with pytest.raises(ImproperlyConfigured, match=message):
         TieredNearCache(location, {"OPTIONS": options})
+
+
+def test_tiered_registry_compares_options_by_content(tmp_path: Path) -> None:
+    l1 = {"driver": "nearcache", "path": str(tmp_path / "l1"), "size": "1MiB"}
+    url = f"memory://?max_entries={1000 + next(_names)}"
+    a = TieredNearCache(url, {"OPTIONS": {"l1": dict(l1)}})
+    b = TieredNearCache(url, {"OPTIONS": {"l1": dict(l1)}, "KEY_PREFIX": "b"})
+    assert a.cache is b.cache  # one L1/L2 pair (and subscription) per process
+    c = TieredNearCache(url, {"OPTIONS": {"l1": {**l1, "path": str(tmp_path / "l1c")}}})
+    assert c.cache is not a.cache
