@@ -70,6 +70,19 @@ def filesystem_type(path: Path) -> str:
     return best_type
 
 
+def _loadavg() -> list[float]:
+    """1, 5 and 15-minute load averages: other work on the machine skews every figure."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return []
+
+
+def loadavg() -> list[float]:
+    """Current load averages (recorded again when a run ends)."""
+    return _loadavg()
+
+
 def _git_commit() -> str:
     here = Path(__file__).resolve().parent
     try:
@@ -99,6 +112,7 @@ def machine_info(workdir: Path | None = None) -> dict[str, Any]:
         "python_implementation": platform.python_implementation(),
         "python_build": " ".join(platform.python_build()),
         "nearcache_commit": _git_commit(),
+        "loadavg_at_start": _loadavg(),
     }
     if workdir is not None:
         info["workdir_fs"] = filesystem_type(workdir)

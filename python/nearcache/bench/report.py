@@ -237,6 +237,9 @@ def header_lines(result: BenchResult) -> list[str]:
         f"- Machine: {m.get('cpu', '?')}, {m.get('cores', '?')} cores, {mem} RAM; "
         f"{m.get('os', '?')}",
         f"- Python: {m.get('python_implementation', '')} {m.get('python', '?')}",
+        f"- Load average (1/5/15 min) at start {m.get('loadavg_at_start', '?')}, at end "
+        f"{m.get('loadavg_at_end', '?')}: on {m.get('cores', '?')} cores, anything above 0 "
+        "means other programs competed for the CPU and the figures are lower and noisier",
         f"- Scratch files: {m.get('workdir_fs', '?')}; nearcache files: "
         f"{m.get('shm_fs', '?')} (/dev/shm)",
         f"- Versions: {versions}",

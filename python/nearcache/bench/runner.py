@@ -19,7 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from .backends.base import Backend, BackendContext
 from .backends.registry import all_backends
-from .machine import machine_info, package_versions
+from .machine import loadavg, machine_info, package_versions
 from .model import BackendStatus, BenchResult, CaseResult, WorkloadResult
 from .report import Table, markdown_report, pick_reference, print_tables
 from .servers import LocalServer, start_errors, started_servers
@@ -169,6 +169,7 @@ def run(
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     result.duration_s = time.perf_counter() - t_start
+    result.machine["loadavg_at_end"] = loadavg()
     return result, tables
 
 

@@ -71,7 +71,7 @@ class Profile:
 
 PROFILES: dict[str, Profile] = {
     "tiny": Profile("tiny", repeats=1, warmup=True, run_seconds=None, case_seconds=None),
-    "quick": Profile("quick", repeats=2, warmup=True, run_seconds=0.01, case_seconds=0.25),
+    "quick": Profile("quick", repeats=2, warmup=True, run_seconds=0.01, case_seconds=0.15),
     "default": Profile("default", repeats=5, warmup=True, run_seconds=0.1, case_seconds=2.0),
 }
 

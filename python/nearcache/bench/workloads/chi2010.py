@@ -29,8 +29,8 @@ SIZES = {"small": 16, "medium": 160, "large": 1600}
 _PARAMS: dict[str, dict[str, int]] = {
     # keys: distinct keys; ops: ceiling per timed run; stream: length of the op sequence.
     "tiny": {"keys": 50, "ops": 404, "stream": 404, "values": 16},
-    "quick": {"keys": 50, "ops": 200_000, "stream": 4_040, "values": 64},
-    "default": {"keys": 1_000, "ops": 2_000_000, "stream": 20_200, "values": 256},
+    "quick": {"keys": 30, "ops": 200_000, "stream": 4_040, "values": 64},
+    "default": {"keys": 500, "ops": 2_000_000, "stream": 20_200, "values": 256},
 }
 
 

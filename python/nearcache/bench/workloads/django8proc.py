@@ -35,7 +35,7 @@ _GET, _SET, _DELETE = 0, 1, 2
 _PARAMS: dict[str, dict[str, Any]] = {
     # ops: per worker; seconds: deadline of a worker's timed loop (None: run every op).
     "tiny": {"procs": 8, "keys": 1_100, "limit": 1_000, "ops": 150, "seconds": None},
-    "quick": {"procs": 8, "keys": 1_100, "limit": 1_000, "ops": 1_500, "seconds": 0.4},
+    "quick": {"procs": 8, "keys": 1_100, "limit": 1_000, "ops": 1_500, "seconds": 0.3},
     "default": {"procs": 8, "keys": 1_100, "limit": 1_000, "ops": 12_000, "seconds": 4.0},
 }
 

@@ -48,8 +48,8 @@ COMPLEX_KEYS = (5, 16, 55)
 _PARAMS: dict[str, dict[str, int]] = {
     # keys: N stored keys; ops: ceiling of one get or mix run; bytes_per_key: budget / N.
     "tiny": {"keys": 120, "absent": 60, "ops": 600, "bytes_per_key": 832},
-    "quick": {"keys": 600, "absent": 300, "ops": 100_000, "bytes_per_key": 832},
-    "default": {"keys": 2_000, "absent": 1_000, "ops": 1_000_000, "bytes_per_key": 832},
+    "quick": {"keys": 300, "absent": 150, "ops": 100_000, "bytes_per_key": 832},
+    "default": {"keys": 1_500, "absent": 750, "ops": 1_000_000, "bytes_per_key": 832},
 }
 
 

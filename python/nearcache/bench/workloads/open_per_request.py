@@ -31,7 +31,7 @@ __all__ = ["OpenPerRequest"]
 
 _PARAMS: dict[str, dict[str, int]] = {
     "tiny": {"keys": 110, "stored": 100, "requests": 60},
-    "quick": {"keys": 1_100, "stored": 1_000, "requests": 20_000},
+    "quick": {"keys": 220, "stored": 200, "requests": 20_000},
     "default": {"keys": 1_100, "stored": 1_000, "requests": 200_000},
 }
 VALUE_BYTES = 40
