@@ -151,9 +151,13 @@ impl Cache {
     /// Mark the handle closed. Idempotent.
     pub fn close(&self) {
         if !self.closed.swap(true, Ordering::AcqRel) && file::try_exclusive(&self.map.file) {
-            // Last one out: record a clean shutdown (informational).
+            // Last one out: record a clean shutdown (informational), then
+            // go back to the shared lock at once. The lock belongs to the
+            // open file description, which a forked child shares with its
+            // parent: keeping it exclusive would block every later opener.
             // SAFETY: a byte inside the header.
             unsafe { std::ptr::write_volatile(self.map.ptr.add(fh::CLEAN_SHUTDOWN), 1u8) };
+            file::release_exclusive(&self.map.file);
         }
     }
 

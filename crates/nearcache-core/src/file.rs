@@ -168,6 +168,12 @@ fn downgrade(fd: i32) -> Result<()> {
     ofd_lock(fd, libc::F_RDLCK, false).map_err(|e| Error::io("OFD lock downgrade", e))
 }
 
+/// Go back from the exclusive attach lock to the shared one.
+pub(crate) fn release_exclusive(file: &File) {
+    // Converting a lock we hold to a read lock cannot conflict.
+    let _ = ofd_lock(file.as_raw_fd(), libc::F_RDLCK, false);
+}
+
 /// Is this process the only one attached? (Used at detach time.)
 pub(crate) fn try_exclusive(file: &File) -> bool {
     ofd_lock(file.as_raw_fd(), libc::F_WRLCK, false).is_ok()

@@ -95,7 +95,15 @@ pub mod sh {
     pub const COMPACTIONS: usize = 176;
     /// Set by the first process that saw this shard's data fail a check.
     pub const CORRUPTIONS: usize = 184;
+    /// SHARD_MAGIC, written when the mutex is initialised. Checked before
+    /// every lock: a shard header zeroed or overwritten behind our back
+    /// (file truncated and extended again, say) no longer holds a robust,
+    /// process-shared mutex, and locking it could lose wake-ups forever.
+    pub const MAGIC: usize = 192;
 }
+
+/// Value of `sh::MAGIC` in every initialised shard ("NCSHARD1").
+pub const SHARD_MAGIC: u64 = u64::from_ne_bytes(*b"NCSHARD1");
 
 /// Offsets inside an entry header.
 pub mod eh {
@@ -117,7 +125,7 @@ pub const STATE_DEAD: u32 = 2;
 pub const TOMBSTONE: u64 = u64::MAX;
 
 const _: () = assert!(MUTEX_BYTES <= sh::SEQ);
-const _: () = assert!(sh::CORRUPTIONS + 8 <= SHARD_HEADER_SIZE);
+const _: () = assert!(sh::MAGIC + 8 <= SHARD_HEADER_SIZE);
 
 /// Bytes an entry with these lengths occupies in the arena.
 #[inline]

@@ -28,6 +28,7 @@ use crate::hash::{first_slot, tag_of};
 use crate::layout::*;
 use crate::lock::{self, Acquired};
 use crate::stats::ShardStats;
+use std::cell::Cell;
 use std::ptr;
 
 /// Percent of the arena (and of the index's load limit) that a compaction
@@ -172,8 +173,9 @@ impl Shard {
             ptr::write_bytes(self.base, 0, SHARD_HEADER_SIZE);
             lock::init(self.mutex())?;
         }
-        let g = ShardGuard { shard: self, locked: false };
-        g.reset_data();
+        let g = ShardGuard { shard: self, locked: false, writing: Cell::new(false) };
+        g.repair();
+        g.set_hdr(sh::MAGIC, SHARD_MAGIC);
         Ok(())
     }
 
@@ -183,24 +185,39 @@ impl Shard {
     pub(crate) fn reattach_exclusive(&self) -> Result<bool> {
         // SAFETY: exclusive (caller holds the file's exclusive OFD lock).
         unsafe { lock::init(self.mutex())? };
-        let g = ShardGuard { shard: self, locked: false };
-        if g.hdr(sh::SEQ) & 1 == 1 || g.sanity().is_err() {
-            g.reset_data();
+        let g = ShardGuard { shard: self, locked: false, writing: Cell::new(false) };
+        let damaged = g.hdr(sh::MAGIC) != SHARD_MAGIC;
+        g.set_hdr(sh::MAGIC, SHARD_MAGIC);
+        if damaged || g.hdr(sh::SEQ) & 1 == 1 || g.sanity().is_err() {
+            g.repair();
             g.bump_stat(sh::RESETS);
             return Ok(true);
         }
         Ok(false)
     }
 
+    /// Whether the shard header still carries its magic (see `sh::MAGIC`).
+    fn intact(&self) -> bool {
+        // SAFETY: sh::MAGIC is inside the shard header.
+        unsafe { ptr::read_volatile(self.base.add(sh::MAGIC) as *const u64) == SHARD_MAGIC }
+    }
+
     /// Lock the shard. A dead previous owner is repaired here.
     pub(crate) fn lock(&self) -> Result<ShardGuard<'_>> {
+        if !self.intact() {
+            return Err(Error::Corrupt(
+                "a shard header was zeroed or overwritten by another program (file truncated \
+                 and extended, or written over); reopen the cache with recreate"
+                    .into(),
+            ));
+        }
         // SAFETY: the mutex was initialised at creation or attach time and
         // lives as long as the mapping, which outlives self.
         let how = unsafe { lock::lock(self.mutex())? };
-        let g = ShardGuard { shard: self, locked: true };
+        let g = ShardGuard { shard: self, locked: true, writing: Cell::new(false) };
         if how == Acquired::OwnerDied {
             if g.hdr(sh::SEQ) & 1 == 1 || g.sanity().is_err() {
-                g.reset_data();
+                g.repair();
                 g.bump_stat(sh::RESETS);
             }
             // SAFETY: we hold the mutex, obtained with EOWNERDEAD.
@@ -225,6 +242,8 @@ impl Shard {
 pub(crate) struct ShardGuard<'a> {
     shard: &'a Shard,
     locked: bool,
+    /// Inside this guard's own begin_write/end_write bracket.
+    writing: Cell<bool>,
 }
 
 impl Drop for ShardGuard<'_> {
@@ -279,6 +298,7 @@ impl<'a> ShardGuard<'a> {
     }
 
     fn begin_write(&self) {
+        self.writing.set(true);
         self.set_hdr(sh::SEQ, self.hdr(sh::SEQ) | 1);
         std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
     }
@@ -286,6 +306,7 @@ impl<'a> ShardGuard<'a> {
     fn end_write(&self) {
         std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
         self.set_hdr(sh::SEQ, (self.hdr(sh::SEQ) | 1).wrapping_add(1));
+        self.writing.set(false);
     }
 
     /// The bump pointer, checked against the arena size.
@@ -402,7 +423,7 @@ impl<'a> ShardGuard<'a> {
     /// Reset the shard to empty (mutex untouched). Counts nothing. Inside
     /// an enclosing write the shard stays marked as mid-write.
     fn reset_data(&self) {
-        let nested = self.hdr(sh::SEQ) & 1 == 1;
+        let nested = self.writing.get();
         self.begin_write();
         // SAFETY: the index is slots*8 bytes right after the shard header.
         unsafe {
@@ -414,6 +435,13 @@ impl<'a> ShardGuard<'a> {
         if !nested {
             self.end_write();
         }
+    }
+
+    /// Reset after a crash or at initialisation: empty data and an even seq
+    /// (whatever write the dead owner left open is over).
+    fn repair(&self) {
+        debug_assert!(!self.writing.get());
+        self.reset_data();
     }
 
     /// Handle corruption found during an operation: reset and count it.
@@ -724,7 +752,10 @@ impl<'a> ShardGuard<'a> {
     fn try_compact(&self, need: usize, now: &mut Now) -> Check<()> {
         let bump = self.bump()?;
         let t = now.get();
-        let mut entries: Vec<Entry> = Vec::with_capacity(self.hdr(sh::ITEMS) as usize + 16);
+        // The items counter comes from shared memory: bound it before
+        // trusting it as an allocation size.
+        let cap = (self.hdr(sh::ITEMS) as usize).min(self.shard.slots) + 16;
+        let mut entries: Vec<Entry> = Vec::with_capacity(cap);
         let mut keep: Vec<bool> = Vec::with_capacity(entries.capacity());
         let mut off = 0;
         let mut live_bytes = 0usize;

@@ -232,3 +232,20 @@ fn invalid_sizes() {
         Cache::open(d.file("nope"), &OpenOptions { create: false, ..OpenOptions::default() });
     assert!(matches!(missing, Err(Error::Io { .. })));
 }
+
+#[test]
+fn close_then_reopen_does_not_block() {
+    let d = TempDir::new("close-reopen");
+    let a = open(&d, "c", 1 << 20, 1);
+    a.set(b"k", b"v", 0, 0).unwrap();
+    a.close(); // the handle (and its mapping) stays alive
+    let path = d.file("c");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let b = Cache::open(&path, &opts(1 << 20, 1)).unwrap();
+        tx.send(b.get(b"k").unwrap().map(|v| v.data)).unwrap();
+    });
+    let got = rx.recv_timeout(Duration::from_secs(10)).expect("reopen blocked after close");
+    assert_eq!(got.as_deref(), Some(&b"v"[..]));
+    drop(a);
+}

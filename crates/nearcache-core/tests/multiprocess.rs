@@ -159,8 +159,10 @@ fn sigkill_inside_a_shard_lock_does_not_wedge() {
     let got = c.get(victim_key.as_bytes()).unwrap();
     let waited = t.elapsed();
     assert!(waited < Duration::from_millis(100), "recovery took {waited:?}");
-    // The half-written shard was reset (its entries dropped), never torn.
+    // The half-written shard was reset (its entries dropped), never torn,
+    // and is consistent straight away.
     assert!(got.is_none());
+    c.check().unwrap();
     let st = c.shard_stats().unwrap();
     assert_eq!(st[shard].resets, 1);
     assert_eq!(st[1 - shard].resets, 0);
@@ -194,6 +196,7 @@ fn reattach_after_everyone_died_repairs_mid_write_shards() {
     unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
     child.wait().unwrap();
     let c = Cache::open(&path, &opts(1 << 20, 1)).unwrap();
+    c.check().unwrap();
     assert!(c.get(b"a").unwrap().is_none());
     assert_eq!(c.stats().unwrap().resets, 1);
     c.set(b"a", b"2", 0, 0).unwrap();

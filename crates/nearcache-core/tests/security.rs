@@ -199,3 +199,45 @@ fn truncation_while_mapped_does_not_kill_the_process() {
     let r = Cache::open(d.file("c"), &OpenOptions { recreate: true, ..opts(1 << 20, 4) }).unwrap();
     r.set(b"k", b"v", 0, 0).unwrap();
 }
+
+fn shard_offset(shard: usize, shard_size: usize) -> u64 {
+    (4096 + shard * shard_size) as u64
+}
+
+#[test]
+fn zeroed_shard_header_is_an_error_not_a_hang() {
+    use std::os::unix::fs::FileExt;
+    let d = TempDir::new("zeroed");
+    let c = open(&d, "c", 1 << 20, 2);
+    c.set(b"k", b"v", 0, 0).unwrap();
+    let shard = c.shard_index(b"k");
+    let size = c.geometry().shard_size;
+    let f = std::fs::OpenOptions::new().write(true).open(d.file("c")).unwrap();
+    f.write_all_at(&[0u8; 256], shard_offset(shard, size)).unwrap();
+    match c.get(b"k") {
+        Err(Error::Corrupt(m)) => assert!(m.contains("zeroed"), "{m}"),
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+    drop(c);
+    // Alone again, the next opener re-initialises and resets that shard.
+    let r = Cache::open(d.file("c"), &opts(1 << 20, 2)).unwrap();
+    assert!(r.get(b"k").unwrap().is_none());
+    r.set(b"k", b"v2", 0, 0).unwrap();
+    r.check().unwrap();
+}
+
+#[test]
+fn huge_items_counter_does_not_abort_compaction() {
+    use std::os::unix::fs::FileExt;
+    let d = TempDir::new("items");
+    let c = open(&d, "c", 64 << 10, 1);
+    let f = std::fs::OpenOptions::new().write(true).open(d.file("c")).unwrap();
+    // sh::ITEMS is at offset 88 of the shard header.
+    f.write_all_at(&(1u64 << 62).to_ne_bytes(), shard_offset(0, c.geometry().shard_size) + 88)
+        .unwrap();
+    for i in 0..2000u32 {
+        c.set(format!("k{i}").as_bytes(), &[1u8; 200], 0, 0).unwrap();
+    }
+    c.clear().unwrap();
+    c.check().unwrap();
+}
