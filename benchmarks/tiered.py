@@ -48,7 +48,7 @@ import nearcache
 import redis
 from nearcache import Cache
 from nearcache.drivers import Driver, MemcachedDriver, MemoryDriver, RedisDriver, ShmDriver
-from nearcache.testing import MemcachedServer, RedisServer
+from nearcache.testing.servers import MemcachedServer, RedisServer
 from nearcache.tiered import TieredCache
 from pymemcache.client.base import Client as MemcacheClient
 
