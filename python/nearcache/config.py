@@ -33,7 +33,7 @@ memory/null, ``compress`` and ``compress_threshold``.  Driver-specific ones:
   ``max_pool_size``, ``max_value_size``, ``signing_key``;
 * tiered (keyword arguments of :func:`from_url`, or keys of the dict):
   ``l1_ttl``, ``invalidation``, ``channel``, ``on_get_error``,
-  ``on_set_error``.
+  ``on_set_error``, ``ready_timeout``.
 
 Unknown parameters raise :class:`~nearcache.errors.ConfigurationError`, so
 a typo never passes silently.  Keyword arguments to :func:`from_url`
@@ -71,7 +71,9 @@ from nearcache.units import parse_duration, parse_size
 
 __all__ = ["from_dict", "from_url"]
 
-_TIERED_OPTIONS = frozenset({"l1_ttl", "invalidation", "channel", "on_get_error", "on_set_error"})
+_TIERED_OPTIONS = frozenset(
+    {"l1_ttl", "invalidation", "channel", "on_get_error", "on_set_error", "ready_timeout"}
+)
 
 
 def _to_int(value: Any) -> int:

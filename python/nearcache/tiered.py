@@ -1044,7 +1044,12 @@ class TieredCache(Driver):
         super().close()
 
     def stats(self) -> dict[str, Any]:
-        """Counters per tier, the invalidation channel's, and each tier's own."""
+        """Counters per tier, the invalidation channel's, and each tier's own.
+
+        The counters are this process's (the L1's own stats may cover every
+        process on the host).  They are updated without a lock, so under heavy
+        multi-threading an increment can occasionally be lost.
+        """
         stats: dict[str, Any] = {
             "driver": self.name,
             "l1_hits": self._l1_hits + self._l1_hit_count(),

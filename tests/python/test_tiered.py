@@ -162,6 +162,13 @@ def test_deletes_and_clears_reach_the_other_host(host_factory: Callable[..., Tie
     settle(b, 5)
     assert b.get("counter") == 6
     assert b.l1.get("z") == 3
+    a.set(42, "int key")
+    settle(b, 6)
+    assert b.get(42) == "int key"
+    a.delete(42)
+    settle(b, 7)
+    assert b.l1.get(42) is None
+    assert b.get(42) is None
     a.clear()
     wait_for(lambda: b.stats()["clears_received"] == 1)
     assert b.l1.get("z") is None
