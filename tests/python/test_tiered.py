@@ -263,10 +263,15 @@ def test_memcached_l2_with_redis_invalidation(
 # -------------------------------------------------------------------------------- outage
 
 
-@pytest.fixture
-def outage_cache(private_redis_server: RedisServer) -> Iterator[TieredCache]:
+@pytest.fixture(params=["shm", "memory"])
+def outage_cache(
+    request: pytest.FixtureRequest, private_redis_server: RedisServer, tmp_path: Path
+) -> Iterator[TieredCache]:
+    l1: Driver = MemoryDriver()
+    if request.param == "shm":
+        l1 = ShmDriver(path=tmp_path / "l1", size="4MiB")
     l2 = RedisDriver(private_redis_server.url, socket_timeout=0.3, connect_timeout=0.3)
-    cache = TieredCache(MemoryDriver(), l2, on_get_error="ignore", on_set_error="ignore")
+    cache = TieredCache(l1, l2, on_get_error="ignore", on_set_error="ignore")
     cache.invalidator.reconnect_delay = 0.02  # type: ignore[union-attr]
     cache.invalidator.max_reconnect_delay = 0.1  # type: ignore[union-attr]
     assert cache.wait_ready(BOUND)
