@@ -326,9 +326,10 @@ class RedisInvalidator(Invalidator):
 
         redis-py makes the connection (TLS, AUTH, unix sockets...); the
         subscription itself is read straight from the socket with the small
-        RESP2 reader below: redis-py's pub/sub layer spends about 16 µs per
-        message, which every write pays in this process too (a cache hears
-        its own messages), and this reader about 1 µs.
+        RESP2 reader below, which costs about a third of what redis-py's
+        pub/sub layer does per message (measured 4-5 µs against 15-18 µs).
+        Every process pays it for every write, its own included: a cache
+        hears its own messages and drops them by origin.
         """
         listener = self._listener
         assert listener is not None
@@ -457,7 +458,8 @@ class _Resp2Reader:
 
     Arrays, bulk strings, integers, simple strings and errors: all a
     subscriber receives.  :meth:`feed` returns the replies completed by the
-    new bytes; an error reply raises.
+    new bytes; an error reply raises.  Pub/sub messages (arrays of bulk
+    strings) take a short path without recursion.
     """
 
     def __init__(self) -> None:
@@ -467,14 +469,45 @@ class _Resp2Reader:
         buffer = self._buffer + data if self._buffer else data
         replies: list[Any] = []
         position = 0
-        while position < len(buffer):
-            parsed = self._parse(buffer, position)
+        size = len(buffer)
+        find = buffer.find
+        while position < size:
+            parsed = None
+            if buffer[position] == 0x2A:  # "*": try an array of bulk strings
+                parsed = self._bulk_array(buffer, position, find)
             if parsed is None:
-                break
+                parsed = self._parse(buffer, position)
+                if parsed is None:
+                    break
             reply, position = parsed
             replies.append(reply)
         self._buffer = buffer[position:]
         return replies
+
+    @staticmethod
+    def _bulk_array(
+        buffer: bytes, position: int, find: Callable[[bytes, int], int]
+    ) -> tuple[list[bytes], int] | None:
+        """An array whose items are all bulk strings, else None (also when incomplete)."""
+        end = find(b"\r\n", position)
+        if end < 0:
+            return None
+        count = int(buffer[position + 1 : end])
+        position = end + 2
+        items = []
+        for _ in range(count):
+            if buffer[position : position + 1] != b"$":
+                return None
+            end = find(b"\r\n", position)
+            if end < 0:
+                return None
+            length = int(buffer[position + 1 : end])
+            start = end + 2
+            if length < 0 or len(buffer) < start + length + 2:
+                return None
+            items.append(buffer[start : start + length])
+            position = start + length + 2
+        return items, position
 
     def _parse(self, buffer: bytes, position: int) -> tuple[Any, int] | None:
         end = buffer.find(b"\r\n", position)
