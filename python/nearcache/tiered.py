@@ -557,23 +557,35 @@ if hasattr(os, "register_at_fork"):
 
 
 class _Listener(InvalidationListener):
-    """Forwards invalidations to a TieredCache without keeping it alive."""
+    """Forwards invalidations to a TieredCache without keeping it alive.
 
-    def __init__(self, cache: TieredCache) -> None:
+    When the cache was garbage-collected without being closed, the first
+    message that arrives stops the invalidator's thread.
+    """
+
+    def __init__(self, cache: TieredCache, invalidator: Invalidator) -> None:
         self._cache = weakref.ref(cache)
+        self._invalidator = invalidator
+
+    def _target(self) -> TieredCache | None:
+        cache = self._cache()
+        if cache is None or cache.closed:
+            self._invalidator.close()
+            return None
+        return cache
 
     def on_invalidate(self, keys: list[bytes]) -> None:
-        cache = self._cache()
+        cache = self._target()
         if cache is not None:
             cache._invalidate(keys)
 
     def on_clear(self) -> None:
-        cache = self._cache()
+        cache = self._target()
         if cache is not None:
             cache._clear_l1(received=True)
 
     def on_resync(self) -> None:
-        cache = self._cache()
+        cache = self._target()
         if cache is not None:
             cache._resync()
 
@@ -662,7 +674,7 @@ class TieredCache(Driver):
             and hasattr(self._l2, "set_and_publish")
         )
         if self._invalidator is not None:
-            self._invalidator.start(_Listener(self))
+            self._invalidator.start(_Listener(self, self._invalidator))
             if ready_timeout > 0:
                 self._invalidator.wait_connected(ready_timeout)
 

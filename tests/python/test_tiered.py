@@ -543,3 +543,22 @@ def test_resp2_reader_handles_split_and_batched_replies() -> None:
     assert replies == expected
     with pytest.raises(_ReplyError):
         _Resp2Reader().feed(b"-ERR wrong\r\n")
+
+
+def test_an_unclosed_cache_stops_its_thread_once_collected(
+    redis_server: RedisServer, unique_prefix: str
+) -> None:
+    import gc
+
+    def subscribers() -> int:
+        return sum(t.name.startswith("nearcache-invalidation-") for t in threading.enumerate())
+
+    before = subscribers()
+    forgotten = TieredCache(MemoryDriver(), RedisDriver(redis_server.url, prefix=unique_prefix))
+    assert subscribers() == before + 1
+    del forgotten
+    gc.collect()
+    with TieredCache(MemoryDriver(), RedisDriver(redis_server.url, prefix=unique_prefix)) as writer:
+        writer.set("k", 1)  # the forgotten cache's thread hears it and stops
+        wait_for(lambda: subscribers() == before + 1)
+    wait_for(lambda: subscribers() == before)
