@@ -85,7 +85,7 @@ def barh_panels(
     for ax in list(axes.flat)[n:]:
         ax.set_visible(False)
     fig.suptitle(title, fontsize=12)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.5 / fig.get_size_inches()[1]))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
