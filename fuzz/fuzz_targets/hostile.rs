@@ -11,11 +11,15 @@
 //!
 //! The robust mutex words at the start of every shard are never poked: a
 //! party that can write the file can always hold or break a lock (denial of
-//! service), which is out of scope; see docs/reliability.md.
+//! service), which is out of scope; see docs/reliability.md. The shard's
+//! magic word is poked only by a dedicated step, which checks that the
+//! shard then refuses service with `Error::Corrupt` (instead of locking a
+//! mutex that may no longer be robust), and then puts the magic back, as
+//! reopening the cache would.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use nearcache_core::layout::{HEADER_SIZE, SHARD_HEADER_SIZE};
+use nearcache_core::layout::{sh, HEADER_SIZE, SHARD_HEADER_SIZE, SHARD_MAGIC};
 use nearcache_core::{Cache, Error, OpenOptions};
 use nearcache_fuzz::{scratch, value_for, Input};
 use std::os::fd::AsRawFd;
@@ -100,7 +104,8 @@ fn poke(t: &Target, input: &mut Input<'_>) {
         if aligned < MUTEX_BYTES {
             return;
         }
-        return write(t, base + aligned, &v[..end - aligned]);
+        write(t, base + aligned, &v[..end - aligned]);
+        return;
     } else {
         let n = input.u8() as usize % 24;
         input.bytes(n).to_vec()
@@ -109,10 +114,43 @@ fn poke(t: &Target, input: &mut Input<'_>) {
     write(t, base + off, &bytes[..n]);
 }
 
+/// Write `bytes` at file offset `at`, skipping every shard's magic word.
 fn write(t: &Target, at: usize, bytes: &[u8]) {
     assert!(at + bytes.len() <= t.len);
-    // SAFETY: inside our own MAP_SHARED mapping of the file.
-    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), t.raw.add(at), bytes.len()) };
+    let geo = t.cache.geometry();
+    for (i, &b) in bytes.iter().enumerate() {
+        let pos = at + i;
+        let in_shard = (pos - HEADER_SIZE) % geo.shard_size;
+        if (sh::MAGIC..sh::MAGIC + 8).contains(&in_shard) {
+            continue;
+        }
+        // SAFETY: inside our own MAP_SHARED mapping of the file.
+        unsafe { *t.raw.add(pos) = b };
+    }
+}
+
+/// Overwrite a shard's magic word: the shard must refuse service with
+/// Error::Corrupt; then restore the magic (as a reopen would).
+fn damage_magic(t: &Target, input: &mut Input<'_>) {
+    let c = &t.cache;
+    let geo = *c.geometry();
+    let shard = input.u8() as usize % geo.shard_count;
+    let at = HEADER_SIZE + shard * geo.shard_size + sh::MAGIC;
+    let bad = input.u64();
+    if bad == SHARD_MAGIC {
+        return;
+    }
+    let key =
+        (0u32..).map(|n| format!("m{n}")).find(|k| c.shard_index(k.as_bytes()) == shard).unwrap();
+    // SAFETY: the magic word lies inside our own mapping of the file.
+    unsafe { std::ptr::write_unaligned(t.raw.add(at) as *mut u64, bad) };
+    assert!(matches!(c.get(key.as_bytes()), Err(Error::Corrupt(_))), "damaged shard served a get");
+    assert!(
+        matches!(c.set(key.as_bytes(), b"v", 0, 0), Err(Error::Corrupt(_))),
+        "damaged shard took a set"
+    );
+    // SAFETY: as above.
+    unsafe { std::ptr::write_unaligned(t.raw.add(at) as *mut u64, SHARD_MAGIC) };
 }
 
 fn op(c: &Cache, input: &mut Input<'_>) {
@@ -176,7 +214,10 @@ fuzz_target!(|data: &[u8]| {
     let mut input = Input::new(data);
     let mut steps = 0;
     while !input.is_empty() && steps < 1000 {
-        if input.u8() % 3 == 0 {
+        let choice = input.u8();
+        if choice == 255 {
+            damage_magic(t, &mut input);
+        } else if choice % 3 == 0 {
             poke(t, &mut input);
         } else {
             op(c, &mut input);
@@ -185,7 +226,8 @@ fuzz_target!(|data: &[u8]| {
     }
     // Recovery: a write to every shard, then clear(): the file is sound again.
     for s in 0..c.shard_count() {
-        let key = (0u32..).map(|n| format!("s{n}")).find(|k| c.shard_index(k.as_bytes()) == s).unwrap();
+        let key =
+            (0u32..).map(|n| format!("s{n}")).find(|k| c.shard_index(k.as_bytes()) == s).unwrap();
         c.set(key.as_bytes(), b"x", 0, 0).unwrap();
     }
     c.clear().unwrap();

@@ -165,7 +165,8 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(c) = Cache::open(&path, &as_is) {
         exercise(&c);
     }
-    let replace = OpenOptions { size: Some(GENUINE_SIZE), shards: 2, recreate: true, ..Default::default() };
+    let replace =
+        OpenOptions { size: Some(GENUINE_SIZE), shards: 2, recreate: true, ..Default::default() };
     match Cache::open(&path, &replace) {
         Ok(c) => exercise(&c),
         Err(e) => panic!("recreate failed: {e}"),

@@ -28,7 +28,11 @@ use std::sync::OnceLock;
 enum Model {
     Absent,
     /// The latest value; `may_expire` once any TTL was involved.
-    Val { data: Vec<u8>, flags: u32, may_expire: bool },
+    Val {
+        data: Vec<u8>,
+        flags: u32,
+        may_expire: bool,
+    },
 }
 
 impl Model {
@@ -72,7 +76,8 @@ fn caches() -> &'static [Cache; 2] {
     static CACHES: OnceLock<[Cache; 2]> = OnceLock::new();
     CACHES.get_or_init(|| {
         let open = |name: &str, size: usize, shards: usize| {
-            let opts = OpenOptions { size: Some(size), shards, recreate: true, ..Default::default() };
+            let opts =
+                OpenOptions { size: Some(size), shards, recreate: true, ..Default::default() };
             Cache::open(scratch().join(name), &opts).expect("open scratch cache")
         };
         [open("ops-a", 4096 + 16 * 1024, 1), open("ops-b", 4096 + 4 * 16 * 1024, 4)]
@@ -265,7 +270,8 @@ impl Run<'_> {
                 }
             }
             10 => {
-                let picks: Vec<usize> = (0..input.u8() % 8).map(|_| input.u8() as usize % 24).collect();
+                let picks: Vec<usize> =
+                    (0..input.u8() % 8).map(|_| input.u8() as usize % 24).collect();
                 let ks: Vec<&[u8]> = picks.iter().map(|&i| keys()[i].as_slice()).collect();
                 let got = c.get_many(&ks).unwrap();
                 assert_eq!(got.len(), ks.len());
@@ -306,7 +312,8 @@ impl Run<'_> {
                 }
             }
             12 => {
-                let picks: Vec<usize> = (0..input.u8() % 6).map(|_| input.u8() as usize % 24).collect();
+                let picks: Vec<usize> =
+                    (0..input.u8() % 6).map(|_| input.u8() as usize % 24).collect();
                 let ks: Vec<&[u8]> = picks.iter().map(|&i| keys()[i].as_slice()).collect();
                 let n = c.delete_many(&ks).unwrap();
                 let mut distinct: Vec<usize> = picks.clone();
@@ -324,7 +331,8 @@ impl Run<'_> {
             }
             14 => {
                 for kb in c.keys().unwrap() {
-                    let i = keys().iter().position(|x| *x == kb).expect("keys() returned a stranger");
+                    let i =
+                        keys().iter().position(|x| *x == kb).expect("keys() returned a stranger");
                     assert!(self.model(i).present(), "keys() lists deleted key {i}");
                 }
                 let r = c.contains(key);

@@ -87,7 +87,7 @@ def documented(exc: BaseException, op: str, args: tuple[Any, ...]) -> bool:
         return True
     if isinstance(exc, KeyError):
         return op == "incr" and len(args) > 2 and args[2] is None
-    # Known deviation: see test_negative_ttl_raises_the_documented_error.
+    # Known deviation: see test_negative_call_ttl_raises_invalid_argument.
     return type(exc) is ValueError and "ttl_ms must be >= 0" in str(exc)
 
 
@@ -179,15 +179,31 @@ def test_native_constructor_raises_only_documented_errors(
     cache.check()
 
 
-def test_negative_ttl_raises_the_documented_error(tmp_path: Path) -> None:
-    cache = NativeCache(str(tmp_path / "c"), 1 << 20)
+def test_negative_default_ttl_raises_invalid_argument(tmp_path: Path) -> None:
     with pytest.raises(nearcache.InvalidArgumentError):
         NativeCache(str(tmp_path / "d"), 1 << 20, default_ttl_ms=-1)
-    # The per-call TTL raises a plain ValueError instead of the documented
-    # InvalidArgumentError (a ValueError subclass): callers catching
-    # ValueError are unaffected; callers catching nearcache.Error are not.
-    with pytest.raises(ValueError, match="ttl_ms must be >= 0"):
-        cache.set("k", b"v", -1)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="binding deviation: a negative per-call ttl_ms raises a plain ValueError, not the "
+    "InvalidArgumentError (a ValueError subclass) that _native.pyi documents for TTLs",
+)
+@pytest.mark.parametrize("op", ["set", "add", "replace", "set_typed", "touch", "incr"])
+def test_negative_call_ttl_raises_invalid_argument(tmp_path: Path, op: str) -> None:
+    cache = NativeCache(str(tmp_path / "c"), 1 << 20)
+    call = {
+        "set": lambda: cache.set("k", b"v", -1),
+        "add": lambda: cache.add("k", b"v", -1),
+        "replace": lambda: cache.replace("k", b"v", -1),
+        "set_typed": lambda: cache.set_typed("k", 1, -1),
+        "touch": lambda: cache.touch("k", -1),
+        "incr": lambda: cache.incr("k", 1, 0, -1),
+    }[op]
+    with pytest.raises(ValueError) as raised:
+        call()
+    assert isinstance(raised.value, nearcache.InvalidArgumentError), repr(raised.value)
 
 
 # ------------------------------------------------------------------ Python layer

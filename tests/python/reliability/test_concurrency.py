@@ -132,15 +132,12 @@ def test_close_while_other_threads_are_using_the_cache(tmp_path: Path) -> None:
     assert outcomes == ["closed"] * 4
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug: a forked child that closes (or drops, at exit) its inherited handle "
-    "converts the shared attach lock of the parent's open file description to exclusive; "
-    "from then on every other process that opens the cache blocks until the parent closes",
-)
 def test_forked_child_closing_its_inherited_handle_does_not_block_others(
     tmp_path: Path,
 ) -> None:
+    """Regression: the attach lock belongs to the open file description that
+    a forked child shares with its parent; the child's close() used to make
+    it exclusive for both, and every newcomer blocked."""
     path = str(tmp_path / "c")
     cache = NativeCache(path, 1 << 20, 4)
     cache.set("k", b"v")

@@ -120,14 +120,10 @@ def test_kill_at_random_moments_inside_operations(tmp_path: Path) -> None:
     cache.check()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug: a shard repaired after its owner died mid-write keeps an odd seq "
-    "(reset_data() treats the inherited odd seq as an enclosing write and never ends it), "
-    "so check() reports 'seq is odd outside a write' until the next write to that shard",
-)
 @pytest.mark.parametrize("repaired_by", ["lock", "reopen"])
 def test_check_passes_right_after_a_mid_write_repair(tmp_path: Path, repaired_by: str) -> None:
+    """Regression: the repaired shard used to keep an odd seq until its next
+    write, so check() reported it as half-written."""
     path = str(tmp_path / "c")
     cache = NativeCache(path, SIZE, 4)
     fill(cache)
@@ -248,13 +244,9 @@ def test_reboot_with_a_lock_held_by_a_process_that_no_longer_exists(tmp_path: Pa
     assert int(resets) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine bug: close() takes the exclusive attach lock when it thinks it is the "
-    "last user and never releases it while the handle object lives, so every later open "
-    "of the file (in any process) blocks forever",
-)
 def test_reopen_after_close_does_not_block(tmp_path: Path) -> None:
+    """Regression: close() used to keep the attach lock exclusive while the
+    handle object lived, and every later open of the file blocked."""
     path = str(tmp_path / "c")
     cache = NativeCache(path, SIZE, 4)
     cache.set("k", b"v")
@@ -367,15 +359,10 @@ def _hammer_one_shard(path: str, ops: int) -> str:
     return "done"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=(TimeoutError, AssertionError),
-    reason="engine gap: a file truncated and extended back to its size by another program "
-    "reads as zeros; the data loss is allowed, but the zeroed shard mutexes are no longer "
-    "robust or process-shared (private futexes), so processes contending for a shard lose "
-    "wake-ups and block forever; check() cannot see it (the size is right again)",
-)
 def test_file_truncated_and_extended_back_does_not_wedge(tmp_path: Path) -> None:
+    """Regression: the zeroed shard mutexes were no longer robust nor
+    process-shared, and contending processes lost wake-ups and blocked
+    forever.  A zeroed shard header is now refused with CorruptFileError."""
     path = str(tmp_path / "c")
     size = 4096 + 64 * 1024
     cache = NativeCache(path, size, 1)
@@ -389,6 +376,7 @@ def test_file_truncated_and_extended_back_does_not_wedge(tmp_path: Path) -> None
         for child in children:
             child.reap()
     assert all(r.ok for r in results), results
+    assert all(r.value == "done" or r.value.startswith("refused: ") for r in results), results
 
 
 # ------------------------------------------------------------- full file systems
