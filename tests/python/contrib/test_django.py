@@ -109,6 +109,10 @@ def test_one_cache_object_per_location_and_options(location: str) -> None:
     other = make(location, OPTIONS={"size": "4MiB", "serializer": "json"})
     assert other.cache is not a.cache  # other nearcache options: another Cache object
     assert other.get("k") == 1  # on the same file
+    a.cache.close()  # closed from outside: the next backend reopens the file
+    c = make(location)
+    assert c.cache is not a.cache
+    assert c.get("k") == 1
 
 
 # ------------------------------------------------------------------------- timeouts
