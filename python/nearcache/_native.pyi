@@ -1,8 +1,10 @@
 """Type stubs for ``nearcache._native``, the PyO3 glue over ``nearcache-core``.
 
 The native module converts and forwards; it holds no policy.  Keys are
-``bytes`` or ``str`` (UTF-8 encoded, so ``"a"`` and ``b"a"`` are the same
-key); the optional ``prefix`` given at open time is prepended to every key.
+``bytes``, ``str`` (UTF-8 encoded, so ``"a"`` and ``b"a"`` are the same
+key) or ``int`` (``0xFF`` then the decimal digits, so ``1`` and ``"1"`` are
+different keys); the optional ``prefix`` given at open time is prepended to
+every key.
 TTLs are in milliseconds: ``None`` means "use the cache's default TTL",
 ``0`` means "never expires".
 
@@ -23,12 +25,12 @@ FLAG_USER    16     first flag value the Python layer may use
 ===========  =====  ==============================================
 """
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Final, TypeVar
 
 _D = TypeVar("_D")
 
-Key = bytes | str
+Key = bytes | str | int
 Native = bytes | str | int | float | bool | None
 
 FLAG_BYTES: Final[int]
@@ -53,6 +55,9 @@ class ValueTooLargeError(Error, ValueError):
 
 class InvalidKeyError(Error, ValueError):
     """The key is empty or longer than MAX_KEY_LEN bytes (prefix included)."""
+
+class KeyTypeError(Error, TypeError):
+    """A key is not a str, bytes or int (keys are never pickled)."""
 
 class InvalidArgumentError(Error, ValueError):
     """An argument is outside its documented range (size, shards, TTL)."""
@@ -92,6 +97,7 @@ class NativeCache:
         recreate: bool = False,
         allow_foreign_owner: bool = False,
         create: bool = True,
+        decoder: Callable[[int, bytes], object] | None = None,
     ) -> None:
         """Open ``path`` or create it with ``size`` bytes in ``shards`` shards.
 
@@ -100,6 +106,11 @@ class NativeCache:
         :class:`IncompatibleFileError` unless ``recreate=True``, which
         replaces the file.  ``size=0`` (with ``create=False``) opens an
         existing file with whatever parameters it has.
+
+        ``decoder(flags, payload)`` is called by the typed reads for entries
+        with flags >= FLAG_USER; it returns the value, or ``MISSING`` to make
+        the read a miss. Without a decoder those reads return
+        ``(flags, payload)``.
         """
 
     @property
@@ -141,6 +152,8 @@ class NativeCache:
     def add_typed(self, key: Key, value: Native, ttl_ms: int | None = None) -> bool: ...
     def pop_typed(self, key: Key, default: _D = ...) -> Native | tuple[int, bytes] | _D: ...
     def delete(self, key: Key) -> bool: ...
+    def delete_if_equals(self, key: Key, value: bytes) -> bool:
+        """Delete ``key`` only if its raw value is exactly ``value`` (atomic)."""
     def touch(self, key: Key, ttl_ms: int | None = None) -> bool: ...
     def ttl_ms(self, key: Key) -> int | None:
         """Milliseconds left (0 = never expires), None on a miss."""

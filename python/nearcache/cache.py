@@ -78,6 +78,34 @@ _DIRECT_TYPES: Final = frozenset({bytes, str, int, float, bool, type(None)})
 _DIRECT_TYPES_COMPRESSED: Final = frozenset({int, float, bool, type(None)})
 
 
+class _DecodeCounters:
+    """Per-process counts of entries a read rejected (kept apart from the
+    Cache so the engine's decoder holds no reference back to it)."""
+
+    __slots__ = ("decode_errors", "signature_failures")
+
+    def __init__(self) -> None:
+        self.signature_failures = 0
+        self.decode_errors = 0
+
+
+def _make_decoder(codec: ValueCodec, counters: _DecodeCounters) -> Callable[[int, bytes], Any]:
+    """The engine's decoder for entries with flags >= FLAG_USER: the value,
+    or the engine's MISSING (a miss) for an entry that must be ignored."""
+    decode = codec.decode
+
+    def decoder(flags: int, payload: bytes) -> Any:
+        try:
+            return decode(flags, payload, b"")
+        except SignatureError:
+            counters.signature_failures += 1
+        except EntryRejected:
+            counters.decode_errors += 1
+        return _NATIVE_MISSING
+
+    return decoder
+
+
 class _ClosedEngine:
     """Stands in for the engine after :meth:`Cache.close`: every use raises."""
 
@@ -239,6 +267,7 @@ class Cache:
             "prefix": prefix,
             "allow_foreign_owner": allow_foreign_owner,
         }
+        self._counters = _DecodeCounters()
         self._native = self._open(
             file_path,
             size_bytes,
@@ -248,9 +277,9 @@ class Cache:
             recreate=recreate,
             allow_foreign_owner=allow_foreign_owner,
             create=create,
+            # Signed caches verify every entry themselves (SignedCache).
+            decoder=None if self._codec.signed else _make_decoder(self._codec, self._counters),
         )
-        self.signature_failures = 0
-        self.decode_errors = 0
         native = self._native
         # Bound methods of the engine, looked up once: the hot paths below are
         # a couple of Python operations around one native call.
@@ -267,6 +296,21 @@ class Cache:
         )
         if self._codec.signed:
             self._direct_types = frozenset()
+        else:
+            # The hot read paths are the engine's methods themselves: no
+            # Python frame between the caller and the shared memory.
+            self.get = native.get_typed  # type: ignore[method-assign]
+            self.pop = native.pop_typed  # type: ignore[method-assign]
+
+    @property
+    def signature_failures(self) -> int:
+        """Entries of this process's reads rejected by their signature."""
+        return self._counters.signature_failures
+
+    @property
+    def decode_errors(self) -> int:
+        """Entries of this process's reads that could not be decoded."""
+        return self._counters.decode_errors
 
     @staticmethod
     def _open(path: str, size: int | None, shards: int, **options: Any) -> _native.NativeCache:
@@ -350,23 +394,10 @@ class Cache:
         (b'int key', 'str key', 0)
         >>> c.clear()
         """
-        try:
-            value = self._get_typed(key, default)
-        except TypeError:
-            value = self._get_typed(native_key(key), default)
-        if value.__class__ is tuple and value is not default:
-            return self._decode(key, value, default)
-        return value
-
-    def _decode(self, key: Key, entry: tuple[int, bytes], default: Any) -> Any:
-        flags, payload = entry
-        try:
-            return self._codec.decode(flags, payload, b"")
-        except SignatureError:
-            self.signature_failures += 1
-        except EntryRejected:
-            self.decode_errors += 1
-        return default
+        # Unsigned caches replace this method on the instance by the engine's
+        # own typed get (same signature and result), which decodes native
+        # types itself and calls this cache's decoder for the rest.
+        return self._get_typed(key, default)
 
     def __getitem__(self, key: Key) -> Any:
         """``cache[key]``: the value, or :class:`KeyError` on a miss."""
@@ -401,17 +432,12 @@ class Cache:
         keys = list(keys)
         if not keys:
             return {}
-        values = self._native.get_many_typed([native_key(k) for k in keys])
-        found: dict[Key, Any] = {}
-        for key, value in zip(keys, values, strict=True):
-            if value is _NATIVE_MISSING:
-                continue
-            if value.__class__ is tuple:
-                value = self._decode(key, value, _MISS)
-                if value is _MISS:
-                    continue
-            found[key] = value
-        return found
+        values = self._native.get_many_typed(keys)
+        return {
+            key: value
+            for key, value in zip(keys, values, strict=True)
+            if value is not _NATIVE_MISSING
+        }
 
     def ttl(self, key: Key) -> float | None:
         """Seconds until ``key`` expires, ``math.inf`` if never, None on a miss.
@@ -640,13 +666,7 @@ class Cache:
         >>> c.pop("k"), c.pop("k", "gone")
         ((1, 'one'), 'gone')
         """
-        try:
-            value = self._pop_typed(key, default)
-        except TypeError:
-            value = self._pop_typed(native_key(key), default)
-        if value.__class__ is tuple and value is not default:
-            return self._decode(key, value, default)
-        return value
+        return self._pop_typed(key, default)
 
     def delete_many(self, keys: Iterable[Key]) -> int:
         """Remove several keys; return how many were present."""
@@ -712,6 +732,8 @@ class Cache:
         self._native = closed
         self._get_typed = self._set_typed = self._add_typed = closed.fail
         self._pop_typed = self._delete = self._contains = closed.fail
+        if not self._codec.signed:
+            self.get = self.pop = closed.fail  # type: ignore[method-assign]
 
     def __enter__(self) -> Cache:
         return self
@@ -850,9 +872,9 @@ class SignedCache(Cache):
         try:
             return self._codec.decode(flags, payload, self._signed_key(nkey))
         except SignatureError:
-            self.signature_failures += 1
+            self._counters.signature_failures += 1
         except EntryRejected:
-            self.decode_errors += 1
+            self._counters.decode_errors += 1
         return default
 
     def _signed_key(self, nkey: str | bytes) -> bytes:

@@ -51,6 +51,7 @@ from nearcache._native import (
     IncompatibleFileError,
     InvalidArgumentError,
     InvalidKeyError,
+    KeyTypeError,
     NotACounterError,
     PermissionDeniedError,
     ValueTooLargeError,
@@ -80,14 +81,6 @@ __all__ = [
 
 #: Another name for :class:`InvalidKeyError` (empty or over-long keys).
 KeyTooLargeError = InvalidKeyError
-
-
-class KeyTypeError(Error, TypeError):
-    """A key is not a ``str``, ``bytes`` or ``int``.
-
-    Keys are never pickled (equal keys must always map to the same bytes),
-    so other types are refused rather than guessed at.
-    """
 
 
 class SerializationError(Error, TypeError):

@@ -44,7 +44,7 @@ False
 >>> encode_key(1.5)
 Traceback (most recent call last):
 ...
-nearcache.errors.KeyTypeError: cache keys must be str, bytes or int, not float
+nearcache.KeyTypeError: cache keys must be str, bytes or int, not float
 """
 
 from __future__ import annotations

@@ -172,9 +172,17 @@ class Lock:
         held by this object any more (expired, taken over, never acquired)."""
         token = self._check_owner()
         self._token = None
-        if self.cache.get(self.key) != token:
+        if not self.cache.codec.signed:
+            # Atomic compare-and-delete: the token is stored as raw bytes.
+            released = self.cache.native.delete_if_equals(self.key, token)
+        elif self.cache.get(self.key) == token:
+            # Signed entries are not raw bytes: check, then delete (a lock
+            # that expires between the two is the only window).
+            released = self.cache.delete(self.key)
+        else:
+            released = False
+        if not released:
             raise LockNotOwnedError(f"lock {self.name!r} expired and may be held by another owner")
-        self.cache.delete(self.key)
 
     def extend(self, expire: Duration | None = None) -> None:
         """Restart the lock's lifetime (``expire`` seconds, default: the

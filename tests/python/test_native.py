@@ -54,6 +54,46 @@ def test_typed_rejects_other_types_and_big_ints(cache: n.NativeCache) -> None:
     assert cache.get_typed("k") == "old"
 
 
+def test_int_keys_have_their_own_namespace(cache: n.NativeCache) -> None:
+    cache.set(1, b"int")
+    cache.set("1", b"str")
+    assert cache.get(1) == b"int" and cache.get("1") == b"str"
+    assert cache.get(True) == b"int"  # True == 1, so the same key
+    assert cache.get(b"\xff1") == b"int"  # the documented encoding
+    cache.set(2**100, b"big")
+    assert cache.get(2**100) == b"big"
+    assert cache.get(b"\xff" + str(2**100).encode()) == b"big"
+
+
+def test_decoder_handles_user_flags(tmp_path: Path) -> None:
+    seen = []
+
+    def decoder(flags: int, payload: bytes) -> object:
+        seen.append((flags, payload))
+        return n.MISSING if payload == b"reject" else payload.decode()[::-1]
+
+    c = n.NativeCache(str(tmp_path / "d"), 1 << 20, decoder=decoder)
+    c.set("a", b"olleh", flags=n.FLAG_USER)
+    c.set("b", b"reject", flags=n.FLAG_USER)
+    c.set_typed("c", 5)
+    assert c.get_typed("a") == "hello"
+    assert c.get_typed("b", "default") == "default"
+    assert c.get_typed("c") == 5  # native types never reach the decoder
+    assert c.get_many_typed(["a", "b", "c", "z"]) == ["hello", n.MISSING, 5, n.MISSING]
+    assert c.pop_typed("a") == "hello" and c.get_typed("a") is None
+    assert all(flags == n.FLAG_USER for flags, _ in seen)
+    with pytest.raises(TypeError, match="callable"):
+        n.NativeCache(str(tmp_path / "e"), 1 << 20, decoder=42)  # type: ignore[arg-type]
+
+
+def test_compare_and_delete(cache: n.NativeCache) -> None:
+    cache.set("lock", b"me")
+    assert not cache.delete_if_equals("lock", b"you")
+    assert cache.get("lock") == b"me"
+    assert cache.delete_if_equals("lock", b"me")
+    assert cache.get("lock") is None
+
+
 def test_user_flags_come_back_as_tuples(cache: n.NativeCache) -> None:
     cache.set("k", b"payload", flags=n.FLAG_USER + 3)
     assert cache.get_typed("k") == (n.FLAG_USER + 3, b"payload")
@@ -126,8 +166,10 @@ def test_prefix_namespaces_share_a_file(tmp_path: Path) -> None:
 
 def test_bad_input_raises_clear_errors_and_loses_nothing(cache: n.NativeCache) -> None:
     cache.set("keep", b"safe")
-    with pytest.raises(TypeError, match="bytes or str"):
-        cache.get(123)  # type: ignore[arg-type]
+    with pytest.raises(n.KeyTypeError, match="str, bytes or int"):
+        cache.get(1.5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        cache.get(None)  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         cache.set("k", "not bytes")  # type: ignore[arg-type]
     with pytest.raises(n.InvalidKeyError):

@@ -246,6 +246,14 @@ impl Cache {
         Ok(g.delete(key, h, &mut Now::new()))
     }
 
+    /// Delete `key` only if its value is exactly `expected`; returns whether
+    /// it deleted. Atomic: one lock hold covers the comparison and the delete.
+    pub fn delete_if_equals(&self, key: &[u8], expected: &[u8]) -> Result<bool> {
+        let (shard, h) = self.route(key)?;
+        let g = shard.lock()?;
+        Ok(g.delete_if_equals(key, h, expected, &mut Now::new()))
+    }
+
     /// Remove `key` and hand its value to `f`.
     pub fn pop_with<R>(&self, key: &[u8], f: impl FnOnce(EntryRef<'_>) -> R) -> Result<Option<R>> {
         let (shard, h) = self.route(key)?;

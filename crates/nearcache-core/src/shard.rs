@@ -630,6 +630,37 @@ impl<'a> ShardGuard<'a> {
         }
     }
 
+    /// Delete `key` only if its value equals `expected` (compare-and-delete,
+    /// e.g. releasing a lock only while still its owner).
+    pub(crate) fn delete_if_equals(
+        &self,
+        key: &[u8],
+        hash: u64,
+        expected: &[u8],
+        now: &mut Now,
+    ) -> bool {
+        let Some((i, e)) = self.lookup_live(key, hash, now) else { return false };
+        if e.val_len != expected.len() {
+            return false;
+        }
+        // SAFETY: the value bytes lie inside the checked entry; memcmp reads
+        // through raw pointers.
+        let same = unsafe {
+            libc::memcmp(
+                self.arena_ptr(e.val_off()) as *const libc::c_void,
+                expected.as_ptr() as *const libc::c_void,
+                expected.len(),
+            ) == 0
+        };
+        if same {
+            self.begin_write();
+            self.unlink(i, &e);
+            self.end_write();
+            self.bump_stat(sh::DELETES);
+        }
+        same
+    }
+
     /// Remove `key` and hand its value to `f`.
     pub(crate) fn pop<R>(
         &self,

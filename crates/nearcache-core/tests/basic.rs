@@ -249,3 +249,17 @@ fn close_then_reopen_does_not_block() {
     assert_eq!(got.as_deref(), Some(&b"v"[..]));
     drop(a);
 }
+
+#[test]
+fn compare_and_delete() {
+    let d = TempDir::new("cad");
+    let c = open(&d, "c", 1 << 20, 1);
+    c.set(b"lock", b"token-a", 0, 0).unwrap();
+    assert!(!c.delete_if_equals(b"lock", b"token-b").unwrap());
+    assert!(!c.delete_if_equals(b"lock", b"token-a-longer").unwrap());
+    assert!(c.get(b"lock").unwrap().is_some());
+    assert!(c.delete_if_equals(b"lock", b"token-a").unwrap());
+    assert!(c.get(b"lock").unwrap().is_none());
+    assert!(!c.delete_if_equals(b"lock", b"token-a").unwrap());
+    c.check().unwrap();
+}

@@ -66,6 +66,7 @@ exceptions! {
     CLOSED = "CacheClosedError" (ours(&ERROR)) : "The cache was closed; no further operation is possible.";
     TOO_LARGE = "ValueTooLargeError" (ours(&ERROR), builtin("ValueError")) : "The entry does not fit in a shard; the cache is left unchanged.";
     BAD_KEY = "InvalidKeyError" (ours(&ERROR), builtin("ValueError")) : "The key is empty or longer than the cache accepts.";
+    KEY_TYPE = "KeyTypeError" (ours(&ERROR), builtin("TypeError")) : "A key is not a str, bytes or int. Keys are never pickled (equal keys must always map to the same bytes), so other types are refused rather than guessed at.";
     INVALID = "InvalidArgumentError" (ours(&ERROR), builtin("ValueError")) : "An argument is outside its documented range.";
     INCOMPATIBLE = "IncompatibleFileError" (ours(&ERROR)) : "The file exists but was created with other parameters or layout.";
     CORRUPT = "CorruptFileError" (ours(&ERROR)) : "The file is not a nearcache file or fails its consistency checks.";
@@ -111,24 +112,47 @@ impl<T> OrPy<T> for Result<T, CoreError> {
 
 // ---------------------------------------------------------------- keys/values
 
-/// Run `f` with the full key bytes (prefix + key) of a bytes or str key.
+/// First byte of an int key: it never occurs in UTF-8, so int keys cannot
+/// collide with str keys (`1` and `"1"` are different keys).
+const INT_KEY_MARKER: u8 = 0xff;
+
+/// The stored form of an int key: 0xFF then its decimal digits. `True` is
+/// 1 and an IntEnum is its value, as for the equal Python ints.
+fn int_key(key: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
+    let mut v = vec![INT_KEY_MARKER];
+    match key.extract::<i64>() {
+        Ok(i) => v.extend_from_slice(i.to_string().as_bytes()),
+        Err(_) => {
+            let as_int = key.py().get_type::<PyInt>().call1((key,))?;
+            v.extend_from_slice(as_int.str()?.to_str()?.as_bytes());
+        }
+    }
+    Ok(v)
+}
+
+/// Run `f` with the full key bytes (prefix + key) of a bytes, str or int key.
 #[inline]
 fn with_key<R>(
     prefix: &[u8],
     key: &Bound<'_, PyAny>,
     f: impl FnOnce(&[u8]) -> PyResult<R>,
 ) -> PyResult<R> {
+    let int_buf;
     let raw: &[u8] = if let Ok(b) = key.cast_exact::<PyBytes>() {
         b.as_bytes()
     } else if let Ok(s) = key.cast::<PyString>() {
         s.to_str()?.as_bytes()
     } else if let Ok(b) = key.cast::<PyBytes>() {
         b.as_bytes()
+    } else if key.cast::<PyInt>().is_ok() {
+        int_buf = int_key(key)?;
+        &int_buf
     } else {
-        return Err(PyTypeError::new_err(format!(
-            "cache keys must be bytes or str, not {}",
-            key.get_type().name()?
-        )));
+        return Err(raise(
+            key.py(),
+            &KEY_TYPE,
+            format!("cache keys must be str, bytes or int, not {}", key.get_type().name()?),
+        ));
     };
     if prefix.is_empty() {
         f(raw)
@@ -274,19 +298,42 @@ struct NativeCache {
     inner: Cache,
     prefix: Vec<u8>,
     default_ttl_ms: u64,
+    /// Called as `decoder(flags, payload)` for entries with flags >=
+    /// FLAG_USER by the typed reads; returns the value, or MISSING for "treat
+    /// as a miss". Without one, those reads return `(flags, payload)`.
+    decoder: Option<Py<PyAny>>,
 }
 
 impl NativeCache {
+    /// The Python value of a typed read: `default` on a miss, a malformed
+    /// native payload or a decoder's MISSING.
+    #[inline]
     fn typed_result<'py>(
         &self,
         py: Python<'py>,
         got: Option<PyResult<Fetched<'py>>>,
         default: Option<Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let dflt = || default.clone().unwrap_or_else(|| py.None().into_bound(py));
         match got {
-            Some(f) => Ok(decode(py, f?)?.unwrap_or_else(dflt)),
-            None => Ok(dflt()),
+            // The common case first: raw bytes need no decoding.
+            Some(Ok(Fetched::Bytes(b))) => Ok(b.into_any()),
+            Some(f) => match self.finish(py, f?)? {
+                Some(v) => Ok(v),
+                None => Ok(default.unwrap_or_else(|| py.None().into_bound(py))),
+            },
+            None => Ok(default.unwrap_or_else(|| py.None().into_bound(py))),
+        }
+    }
+
+    /// Decode a fetched entry, through the decoder for user flags. None
+    /// means "treat as a miss".
+    fn finish<'py>(&self, py: Python<'py>, f: Fetched<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        match (f, &self.decoder) {
+            (Fetched::Other(flags, payload), Some(decoder)) => {
+                let v = decoder.bind(py).call1((flags, payload))?;
+                Ok(if v.is(&missing(py)) { None } else { Some(v) })
+            }
+            (f, _) => decode(py, f),
         }
     }
 
@@ -313,7 +360,7 @@ impl NativeCache {
 #[pymethods]
 impl NativeCache {
     #[new]
-    #[pyo3(signature = (path, size, shards=0, *, default_ttl_ms=0, prefix=Vec::new(), recreate=false, allow_foreign_owner=false, create=true))]
+    #[pyo3(signature = (path, size, shards=0, *, default_ttl_ms=0, prefix=Vec::new(), recreate=false, allow_foreign_owner=false, create=true, decoder=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -325,7 +372,13 @@ impl NativeCache {
         recreate: bool,
         allow_foreign_owner: bool,
         create: bool,
+        decoder: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        if let Some(d) = &decoder {
+            if !d.is_callable() {
+                return Err(PyTypeError::new_err("decoder must be callable"));
+            }
+        }
         if size < 0 {
             return Err(raise(py, &INVALID, format!("size must be >= 0, got {size}")));
         }
@@ -351,7 +404,12 @@ impl NativeCache {
             allow_foreign_owner,
         };
         let inner = Cache::open(&path, &opts).or_py(py)?;
-        Ok(NativeCache { inner, prefix, default_ttl_ms: default_ttl_ms as u64 })
+        Ok(NativeCache {
+            inner,
+            prefix,
+            default_ttl_ms: default_ttl_ms as u64,
+            decoder: decoder.map(Bound::unbind),
+        })
     }
 
     #[getter]
@@ -545,6 +603,18 @@ impl NativeCache {
         with_key(&self.prefix, key, |k| self.inner.delete(k).or_py(py))
     }
 
+    /// Delete `key` only if its raw value equals `value` (atomic).
+    fn delete_if_equals(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+    ) -> PyResult<bool> {
+        with_value(value, |v| {
+            with_key(&self.prefix, key, |k| self.inner.delete_if_equals(k, v).or_py(py))
+        })
+    }
+
     #[pyo3(signature = (key, ttl_ms=None))]
     fn touch(&self, py: Python<'_>, key: &Bound<'_, PyAny>, ttl_ms: Option<i64>) -> PyResult<bool> {
         let ttl = ttl_arg(ttl_ms, self.default_ttl_ms)?;
@@ -638,7 +708,7 @@ impl NativeCache {
         let items: Vec<Bound<'py, PyAny>> = out
             .into_iter()
             .map(|o| match o {
-                Some(f) => Ok(decode(py, f?)?.unwrap_or_else(|| missing(py))),
+                Some(f) => Ok(self.finish(py, f?)?.unwrap_or_else(|| missing(py))),
                 None => Ok(missing(py)),
             })
             .collect::<PyResult<_>>()?;
