@@ -331,7 +331,7 @@ impl NativeCache {
         match (f, &self.decoder) {
             (Fetched::Other(flags, payload), Some(decoder)) => {
                 let v = decoder.bind(py).call1((flags, payload))?;
-                Ok(if v.is(&missing(py)) { None } else { Some(v) })
+                Ok(if v.is(missing(py)) { None } else { Some(v) })
             }
             (f, _) => decode(py, f),
         }
