@@ -27,17 +27,6 @@ UNBOUNDED_SIZE = 64 * 1024 * 1024
 _calibrated: dict[tuple[int, int, int], int] = {}
 
 
-def _release() -> None:
-    """Closing a handle = dropping it (its last reference unmaps the file).
-
-    The engine's explicit ``close()`` currently keeps the file descriptor open
-    with an exclusive attach lock, so the next open of the same file in this
-    process (or in a child forked later) waits forever; until that is fixed,
-    handles are released by reference counting, which unmaps and closes the
-    descriptor.
-    """
-
-
 def _nearcache_dir(ctx: BackendContext) -> Path:
     configured = ctx.options.get("nearcache_dir")
     if configured:
@@ -126,7 +115,7 @@ class _NearcacheFileBackend(Backend):
         self.size, self._limit = nearcache_file_size(self.ctx, self.capacity)
         self.path = str(_nearcache_dir(self.ctx) / f"bench-{self.ctx.run_id}-{self.tag}")
         native = import_module("nearcache._native")
-        native.NativeCache(self.path, self.size, recreate=True)  # released at once (_release)
+        native.NativeCache(self.path, self.size, recreate=True).close()
 
     def clear(self) -> None:
         import_module("nearcache._native").NativeCache(self.path, self.size).clear()
@@ -147,7 +136,7 @@ class NearcacheNative(_NearcacheFileBackend):
 
     def open(self) -> Handle:
         cache = import_module("nearcache._native").NativeCache(self.path, self.size)
-        return Handle(get=cache.get, set=cache.set, delete=cache.delete, close=_release)
+        return Handle(get=cache.get, set=cache.set, delete=cache.delete, close=cache.close)
 
 
 @register
@@ -168,7 +157,7 @@ class NearcacheCache(_NearcacheFileBackend):
 
     def open(self) -> Handle:
         cache = import_module("nearcache").Cache(path=self.path, size=self.size)
-        return Handle(get=cache.get, set=cache.set, delete=cache.delete, close=_release)
+        return Handle(get=cache.get, set=cache.set, delete=cache.delete, close=cache.close)
 
 
 @register
@@ -199,13 +188,8 @@ class NearcacheTiered(Backend):
 
     @staticmethod
     def _close(cache: Any) -> None:
-        """Stop the invalidation listener; the tiers go with the last reference.
-
-        See :func:`_release` for why the L1 file is not closed explicitly.
-        """
-        invalidator = cache.invalidator
-        if invalidator is not None:
-            invalidator.close()
+        """Stop the invalidation listener and close both tiers."""
+        cache.close()
 
     def open(self) -> Handle:
         cache = self._build()
