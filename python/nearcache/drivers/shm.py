@@ -15,7 +15,6 @@ from typing import Any, ClassVar
 
 from nearcache.cache import Cache
 from nearcache.drivers.base import TTL, Driver, Key
-from nearcache.serializers import EntryRejected
 
 __all__ = ["ShmDriver"]
 
@@ -62,36 +61,9 @@ class ShmDriver(Driver):
         return self._cache.closed
 
     def bound_get(self) -> Callable[[Key, Any], Any]:
-        """A ``get`` that calls the engine directly for natively stored values.
-
-        Same result as :meth:`nearcache.Cache.get`; a value stored through
-        the serializer is decoded with the cache's own codec, and anything
-        unusual (an int key, an entry the codec rejects, a signed cache) goes
-        through ``Cache.get`` itself.
-        """
-        cache = self._cache
-        cache_get = cache.get
-        if cache.codec.signed:
-            return cache_get
-        get_typed = cache.native.get_typed
-        decode = cache.codec.decode
-        miss = _MISS
-
-        def get(key: Key, default: Any = None) -> Any:
-            try:
-                value = get_typed(key, miss)  # type: ignore[arg-type]
-            except TypeError:
-                return cache_get(key, default)  # an int key: Cache encodes it
-            if value is miss:
-                return default
-            if value.__class__ is tuple:
-                try:
-                    return decode(value[0], value[1], b"")
-                except EntryRejected:
-                    return cache_get(key, default)  # let the cache count it
-            return value
-
-        return get
+        """The cache's own ``get``: for an unsigned cache, the engine's typed
+        read itself, with no Python frame between the caller and the mapping."""
+        return self._cache.get
 
     def get(self, key: Key, default: Any = None) -> Any:
         """Cache.get."""
