@@ -44,13 +44,14 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import nearcache
 import redis
+from pymemcache.client.base import Client as MemcacheClient
+
+import nearcache
 from nearcache import Cache
 from nearcache.drivers import Driver, MemcachedDriver, MemoryDriver, RedisDriver, ShmDriver
 from nearcache.testing.servers import MemcachedServer, RedisServer
 from nearcache.tiered import TieredCache
-from pymemcache.client.base import Client as MemcacheClient
 
 VALUE_SIZE = 160
 GETS_PER_SET = 10

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from nearcache import _native
 from nearcache.cache import DEFAULT_SIZE, Cache, SignedCache, default_directory
+from nearcache.config import from_dict, from_url
 from nearcache.errors import (
+    BackendError,
     CacheClosedError,
     CacheFullError,
     CacheOSError,
@@ -45,6 +47,7 @@ from nearcache.serializers import (
     ValueCodec,
     ZstdCompressor,
 )
+from nearcache.tiered import TieredCache
 from nearcache.units import format_size, parse_duration, parse_size
 
 __version__ = "0.1.0"
@@ -55,6 +58,7 @@ LAYOUT_VERSION: int = _native.LAYOUT_VERSION
 __all__ = [
     "DEFAULT_SIZE",
     "LAYOUT_VERSION",
+    "BackendError",
     "Cache",
     "CacheClosedError",
     "CacheFullError",
@@ -81,12 +85,15 @@ __all__ = [
     "SerializationError",
     "Serializer",
     "SignedCache",
+    "TieredCache",
     "ValueCodec",
     "ValueTooLargeError",
     "ZstdCompressor",
     "__version__",
     "default_directory",
     "format_size",
+    "from_dict",
+    "from_url",
     "parse_duration",
     "parse_size",
 ]

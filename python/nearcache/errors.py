@@ -19,6 +19,7 @@ code written for those keeps working::
     ├── PermissionDeniedError     (PermissionError) foreign owner, symlink, bad mode
     ├── CacheFullError            the file system has no room for the cache file
     ├── CacheOSError              (OSError) a system call on the cache file failed
+    ├── BackendError              a remote store (Redis, memcached) failed or timed out
     └── LockError                 base of the lock helper's errors
         ├── LockTimeoutError      (TimeoutError) the lock was not acquired in time
         └── LockNotOwnedError     (RuntimeError) releasing a lock this holder lost
@@ -58,6 +59,7 @@ from nearcache._native import (
 )
 
 __all__ = [
+    "BackendError",
     "CacheClosedError",
     "CacheFullError",
     "CacheOSError",
@@ -81,6 +83,13 @@ __all__ = [
 
 #: Another name for :class:`InvalidKeyError` (empty or over-long keys).
 KeyTooLargeError = InvalidKeyError
+
+
+class BackendError(Error):
+    """A remote store failed: unreachable, timed out, or returned an error.
+
+    The original exception is chained as ``__cause__``.
+    """
 
 
 class SerializationError(Error, TypeError):

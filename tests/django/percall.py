@@ -60,6 +60,7 @@ def main() -> None:
     django.setup()
     from django.core.cache.backends.filebased import FileBasedCache
     from django.core.cache.backends.locmem import LocMemCache
+
     from nearcache.contrib.django import NearCache
 
     scratch = tempfile.mkdtemp(dir="/dev/shm" if os.access("/dev/shm", os.W_OK) else None)

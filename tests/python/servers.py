@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from nearcache.testing.servers import MemcachedServer, RedisServer, ServerProcess
 
 __all__ = [

@@ -14,8 +14,9 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-import nearcache
 import pytest
+
+import nearcache
 from nearcache import Cache, SignedCache, format_size
 
 # --------------------------------------------------------------------- construction

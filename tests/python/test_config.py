@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from nearcache.config import from_dict, from_url
 from nearcache.drivers import (
     Driver,

@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-import nearcache
 import pytest
+
+import nearcache
 from nearcache import Cache, _native, errors
 
 NATIVE = [

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import nearcache
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
+import nearcache
 from nearcache import Cache, KeyTypeError
 from nearcache.keys import INT_KEY_MARKER, decode_key, encode_key, encode_prefix, native_key
 

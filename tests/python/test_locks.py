@@ -9,8 +9,9 @@ import signal
 import time
 from pathlib import Path
 
-import nearcache
 import pytest
+
+import nearcache
 from nearcache import Cache, Lock
 
 pytest_plugins = ["_cache_helpers"]

@@ -18,10 +18,11 @@ from decimal import Decimal
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-import nearcache
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
+import nearcache
 from nearcache import Cache, Lock
 from nearcache.memoize import MEMOIZE_NAMESPACE, canonical_bytes
 

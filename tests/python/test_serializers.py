@@ -12,6 +12,7 @@ import pytest
 import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from nearcache import Cache, ConfigurationError, SerializationError, _native
 from nearcache.serializers import (
     FLAG_SIGNED,

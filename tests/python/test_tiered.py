@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import redis
+
 from nearcache.drivers import (
     BackendError,
     Driver,

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from nearcache.units import (
     MAX_TTL_MS,
     expire_at_to_ms,

@@ -11,7 +11,7 @@
 //! created, so no Python code can run while a shard is locked.
 
 use nearcache_core::{Cache, EntryRef, Error as CoreError, OpenOptions, FLAG_INT};
-use pyo3::exceptions::{PyKeyError, PyOverflowError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyKeyError, PyOverflowError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{
@@ -276,11 +276,11 @@ fn decode<'py>(py: Python<'py>, f: Fetched<'py>) -> PyResult<Option<Bound<'py, P
     }))
 }
 
-fn ttl_arg(ttl_ms: Option<i64>, default: u64) -> PyResult<u64> {
+fn ttl_arg(py: Python<'_>, ttl_ms: Option<i64>, default: u64) -> PyResult<u64> {
     match ttl_ms {
         None => Ok(default),
         Some(t) if t >= 0 => Ok(t as u64),
-        Some(t) => Err(PyValueError::new_err(format!("ttl_ms must be >= 0 or None, got {t}"))),
+        Some(t) => Err(raise(py, &INVALID, format!("ttl_ms must be >= 0 or None, got {t}"))),
     }
 }
 
@@ -491,7 +491,7 @@ impl NativeCache {
         ttl_ms: Option<i64>,
         flags: u32,
     ) -> PyResult<()> {
-        let ttl = ttl_arg(ttl_ms, self.default_ttl_ms)?;
+        let ttl = ttl_arg(py, ttl_ms, self.default_ttl_ms)?;
         with_value(value, |v| self.store(py, key, v, flags, ttl, 0)).map(|_| ())
     }
 
@@ -504,7 +504,7 @@ impl NativeCache {
         ttl_ms: Option<i64>,
         flags: u32,
     ) -> PyResult<bool> {
-        let ttl = ttl_arg(ttl_ms, self.default_ttl_ms)?;
+        let ttl = ttl_arg(py, ttl_ms, self.default_ttl_ms)?;
         with_value(value, |v| self.store(py, key, v, flags, ttl, 1))
     }
 
@@ -517,7 +517,7 @@ impl NativeCache {
         ttl_ms: Option<i64>,
         flags: u32,
     ) -> PyResult<bool> {
-        let ttl = ttl_arg(ttl_ms, self.default_ttl_ms)?;
+        let ttl = ttl_arg(py, ttl_ms, self.default_ttl_ms)?;
         with_value(value, |v| self.store(py, key, v, flags, ttl, 2))
     }
 
@@ -563,7 +563,7 @@ impl NativeCache {
         value: &Bound<'_, PyAny>,
         ttl_ms: Option<i64>,
     ) -> PyResult<()> {
-        let ttl = ttl_arg(ttl_ms, self.default_ttl_ms)?;
+        let ttl = ttl_arg(py, ttl_ms, self.default_ttl_ms)?;
         if let Ok(b) = value.cast_exact::<PyBytes>() {
             // Fast path: no intermediate copy.
             return self.store(py, key, b.as_bytes(), FLAG_BYTES, ttl, 0).map(|_| ());
@@ -580,7 +580,7 @@ impl NativeCache {
         value: &Bound<'_, PyAny>,
         ttl_ms: Option<i64>,
     ) -> PyResult<bool> {
-        let ttl = ttl_arg(ttl_ms, self.default_ttl_ms)?;
+        let ttl = ttl_arg(py, ttl_ms, self.default_ttl_ms)?;
         let (payload, flags) = encode_native(value)?;
         self.store(py, key, &payload, flags, ttl, 1)
     }
@@ -617,7 +617,7 @@ impl NativeCache {
 
     #[pyo3(signature = (key, ttl_ms=None))]
     fn touch(&self, py: Python<'_>, key: &Bound<'_, PyAny>, ttl_ms: Option<i64>) -> PyResult<bool> {
-        let ttl = ttl_arg(ttl_ms, self.default_ttl_ms)?;
+        let ttl = ttl_arg(py, ttl_ms, self.default_ttl_ms)?;
         with_key(&self.prefix, key, |k| self.inner.touch(k, ttl).or_py(py))
     }
 
@@ -639,7 +639,7 @@ impl NativeCache {
         initial: Option<i128>,
         ttl_ms: Option<i64>,
     ) -> PyResult<i64> {
-        let ttl = ttl_arg(ttl_ms, self.default_ttl_ms)?;
+        let ttl = ttl_arg(py, ttl_ms, self.default_ttl_ms)?;
         let narrow = |v: i128| {
             i64::try_from(v).map_err(|_| {
                 raise(py, &OVERFLOW, format!("{v} is outside the signed 64-bit range"))
@@ -722,7 +722,7 @@ impl NativeCache {
         items: &Bound<'_, PyAny>,
         ttl_ms: Option<i64>,
     ) -> PyResult<()> {
-        let ttl = ttl_arg(ttl_ms, self.default_ttl_ms)?;
+        let ttl = ttl_arg(py, ttl_ms, self.default_ttl_ms)?;
         let mut triples: Vec<(Vec<u8>, Vec<u8>, u32)> = Vec::new();
         for item in items.try_iter()? {
             let item = item?;

@@ -78,6 +78,7 @@ from typing import Any, ClassVar, TypeAlias, TypeVar
 
 from nearcache import units
 from nearcache.errors import (
+    BackendError,
     CacheClosedError,
     CounterOverflowError,
     Error,
@@ -117,13 +118,6 @@ MIN_INT64 = -(2**63)
 
 _T = TypeVar("_T")
 _DriverT = TypeVar("_DriverT", bound="Driver")
-
-
-class BackendError(Error):
-    """A remote store failed: unreachable, timed out, or returned an error.
-
-    The original exception is chained as ``__cause__``.
-    """
 
 
 def key_bytes(key: Key) -> bytes:

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from nearcache.bench.backends import BackendContext
 from nearcache.bench.servers import LocalServer, start_memcached, start_redis
 

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from nearcache.bench.model import BenchResult
 from nearcache.cli import build_parser, main
 

@@ -6,6 +6,7 @@ import os
 import time
 
 import pytest
+
 from nearcache.bench.multiproc import WorkerError, run_parallel
 
 

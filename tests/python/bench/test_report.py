@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from rich.console import Console
+
 from nearcache.bench.report import (
     Table,
     cmpthese,
@@ -14,7 +16,6 @@ from nearcache.bench.report import (
     pick_reference,
     print_tables,
 )
-from rich.console import Console
 
 
 def test_cmpthese_orders_by_rate_and_computes_percentages() -> None:

@@ -7,6 +7,7 @@ import socket
 from pathlib import Path
 
 import pytest
+
 from nearcache.bench import PROFILES, RunOptions, run
 from nearcache.bench.servers import LocalServer, free_port
 

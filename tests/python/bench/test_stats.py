@@ -6,6 +6,7 @@ import random
 from array import array
 
 import pytest
+
 from nearcache.bench.stats import (
     LatencySummary,
     histogram,

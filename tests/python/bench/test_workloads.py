@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from nearcache.bench import PROFILES, RunOptions, run
 from nearcache.bench.model import BenchResult, WorkloadResult
 from nearcache.bench.workloads.zipf import lru_hit_ratio

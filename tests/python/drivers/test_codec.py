@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from nearcache.drivers.base import MAX_INT64, MIN_INT64
 from nearcache.drivers.codec import StoreCodec
 from nearcache.errors import SerializationError

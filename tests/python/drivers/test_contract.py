@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from nearcache.drivers import MemcachedDriver, MemoryDriver, NullDriver, RedisDriver, ShmDriver
 from nearcache.testing import DriverContract, MemcachedServer, NullDriverContract, RedisServer
 

@@ -8,10 +8,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pymemcache.client.base import Client
+
 from nearcache.drivers import BackendError, MemcachedDriver
 from nearcache.drivers.memcached import memcached_key
 from nearcache.testing import MemcachedServer
-from pymemcache.client.base import Client
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+
 from nearcache.drivers import MemoryDriver
 from nearcache.errors import ValueTooLargeError
 

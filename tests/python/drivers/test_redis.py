@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import redis
+
 from nearcache.drivers import BackendError, RedisDriver
 from nearcache.testing import RedisServer
 

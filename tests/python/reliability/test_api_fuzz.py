@@ -18,10 +18,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import nearcache
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+import nearcache
 from nearcache import _native
 from nearcache._native import NativeCache
 
@@ -184,12 +185,6 @@ def test_negative_default_ttl_raises_invalid_argument(tmp_path: Path) -> None:
         NativeCache(str(tmp_path / "d"), 1 << 20, default_ttl_ms=-1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="binding deviation: a negative per-call ttl_ms raises a plain ValueError, not the "
-    "InvalidArgumentError (a ValueError subclass) that _native.pyi documents for TTLs",
-)
 @pytest.mark.parametrize("op", ["set", "add", "replace", "set_typed", "touch", "incr"])
 def test_negative_call_ttl_raises_invalid_argument(tmp_path: Path, op: str) -> None:
     cache = NativeCache(str(tmp_path / "c"), 1 << 20)

@@ -10,8 +10,9 @@ import time
 import warnings
 from pathlib import Path
 
-import nearcache
 import pytest
+
+import nearcache
 from nearcache._native import NativeCache
 from nearcache.torture import data_key, make_value, parse_value
 

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from nearcache import _native
 from nearcache._native import NativeCache
 

@@ -17,8 +17,9 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-import nearcache
 import pytest
+
+import nearcache
 from nearcache import _native
 from nearcache._native import NativeCache
 

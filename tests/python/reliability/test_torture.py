@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from nearcache import _native
 from nearcache.torture import (
     TortureConfig,

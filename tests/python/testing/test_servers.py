@@ -6,8 +6,9 @@ import socket
 from pathlib import Path
 
 import pytest
-from nearcache.testing import MemcachedServer, RedisServer, ServerError, free_port
 from servers import require_server
+
+from nearcache.testing import MemcachedServer, RedisServer, ServerError, free_port
 
 
 def test_free_port_is_bindable() -> None:
