@@ -23,8 +23,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// Flag value the engine uses for 64-bit counters (little-endian i64).
 pub const FLAG_INT: u32 = 2;
 
-/// Keys of one shard in a batch: (shard index, [(key position, hash)]).
-type ShardGroup = (usize, Vec<(usize, u64)>);
+/// One key of a batch: (shard index, key position, hash).
+type Planned = (usize, usize, u64);
 
 /// A value copied out of the cache, with its flags.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -301,19 +301,22 @@ impl Cache {
         g.incr(key, h, delta, initial, exp, FLAG_INT, &mut now)
     }
 
-    /// Group `keys` by shard: returns (shard index, positions) pairs.
-    fn group<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<ShardGroup>> {
+    /// Plan a batch: (shard, key position, hash) for every key, sorted by
+    /// shard, so that each run of one shard is served under one lock hold.
+    /// One allocation, whatever the shard count.
+    fn plan<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<Planned>> {
         self.live()?;
-        let mut groups: Vec<Vec<(usize, u64)>> = vec![Vec::new(); self.geo.shard_count];
+        let mut plan = Vec::with_capacity(keys.len());
         for (i, k) in keys.iter().enumerate() {
             let k = k.as_ref();
             if k.is_empty() || k.len() > MAX_KEY_LEN {
                 return Err(Error::BadKey { len: k.len(), max: MAX_KEY_LEN });
             }
             let h = hash_key(self.geo.seed, k);
-            groups[shard_of(h, self.geo.shard_count)].push((i, h));
+            plan.push((shard_of(h, self.geo.shard_count), i, h));
         }
-        Ok(groups.into_iter().enumerate().filter(|(_, g)| !g.is_empty()).collect())
+        plan.sort_unstable_by_key(|p| p.0);
+        Ok(plan)
     }
 
     /// Look up many keys, taking each shard's lock once. `f(i, entry)` is
@@ -324,9 +327,9 @@ impl Cache {
         mut f: impl FnMut(usize, EntryRef<'_>),
     ) -> Result<()> {
         let mut now = Now::new();
-        for (s, members) in self.group(keys)? {
-            let g = self.shards[s].lock()?;
-            for (i, h) in members {
+        for run in self.plan(keys)?.chunk_by(|a, b| a.0 == b.0) {
+            let g = self.shards[run[0].0].lock()?;
+            for &(_, i, h) in run {
                 g.get(keys[i].as_ref(), h, &mut now, |e| f(i, e));
             }
         }
@@ -356,9 +359,9 @@ impl Cache {
         let keys: Vec<&[u8]> = items.iter().map(|(k, _, _)| k.as_ref()).collect();
         let mut now = Now::new();
         let exp = expires_for(ttl_ms, &mut now);
-        for (s, members) in self.group(&keys)? {
-            let g = self.shards[s].lock()?;
-            for (i, h) in members {
+        for run in self.plan(&keys)?.chunk_by(|a, b| a.0 == b.0) {
+            let g = self.shards[run[0].0].lock()?;
+            for &(_, i, h) in run {
                 let (k, v, fl) = &items[i];
                 g.set(k.as_ref(), h, v.as_ref(), *fl, exp, SetMode::Always, &mut now);
             }
@@ -370,9 +373,9 @@ impl Cache {
     pub fn delete_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<usize> {
         let mut now = Now::new();
         let mut n = 0;
-        for (s, members) in self.group(keys)? {
-            let g = self.shards[s].lock()?;
-            for (i, h) in members {
+        for run in self.plan(keys)?.chunk_by(|a, b| a.0 == b.0) {
+            let g = self.shards[run[0].0].lock()?;
+            for &(_, i, h) in run {
                 n += g.delete(keys[i].as_ref(), h, &mut now) as usize;
             }
         }
@@ -389,8 +392,13 @@ impl Cache {
     }
 
     /// Number of live entries (expired ones not yet reclaimed included).
+    ///
+    /// Lock-free: a sum of each shard's item counter, each read atomically
+    /// but at slightly different instants (like any count of a cache that
+    /// other processes are changing).
     pub fn len(&self) -> Result<usize> {
-        Ok(self.stats()?.items as usize)
+        self.live()?;
+        Ok(self.shards.iter().map(|s| s.items_unlocked()).sum())
     }
 
     /// Whether the cache holds no entries.

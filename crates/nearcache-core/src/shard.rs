@@ -202,6 +202,16 @@ impl Shard {
         unsafe { ptr::read_volatile(self.base.add(sh::MAGIC) as *const u64) == SHARD_MAGIC }
     }
 
+    /// The live-entry counter, read without the lock (one aligned word) and
+    /// bounded by the slot count, since it comes from shared memory.
+    pub(crate) fn items_unlocked(&self) -> usize {
+        // SAFETY: sh::ITEMS is an aligned u64 inside the shard header; a
+        // volatile read of a word another process may be writing yields an
+        // old or a new value, never a torn one on the supported targets.
+        let n = unsafe { ptr::read_volatile(self.base.add(sh::ITEMS) as *const u64) };
+        (n as usize).min(self.slots)
+    }
+
     /// Lock the shard. A dead previous owner is repaired here.
     pub(crate) fn lock(&self) -> Result<ShardGuard<'_>> {
         if !self.intact() {
