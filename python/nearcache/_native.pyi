@@ -176,6 +176,8 @@ class NativeCache:
         """(value, flags) per key, in order; None for a miss. One lock per shard."""
     def get_many_typed(self, keys: Iterable[Key]) -> list[Native | tuple[int, bytes] | object]:
         """Like get_typed per key, in order; a miss is the ``MISSING`` sentinel."""
+    def get_many_map(self, keys: Iterable[Key]) -> dict[Key, object]:
+        """Hits as ``{key: value}`` (keys as given), decoded like get_typed."""
     def set_many(self, items: Iterable[tuple[Key, bytes, int]], ttl_ms: int | None = None) -> None:
         """Store (key, value, flags) triples, taking each shard's lock once."""
     def delete_many(self, keys: Iterable[Key]) -> int: ...

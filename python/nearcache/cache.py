@@ -429,15 +429,7 @@ class Cache:
         >>> c.delete_many(["a", "b", "c"])
         2
         """
-        keys = list(keys)
-        if not keys:
-            return {}
-        values = self._native.get_many_typed(keys)
-        return {
-            key: value
-            for key, value in zip(keys, values, strict=True)
-            if value is not _NATIVE_MISSING
-        }
+        return self._native.get_many_map(keys)
 
     def ttl(self, key: Key) -> float | None:
         """Seconds until ``key`` expires, ``math.inf`` if never, None on a miss.

@@ -87,6 +87,17 @@ def test_decoder_handles_user_flags(tmp_path: Path) -> None:
         n.NativeCache(str(tmp_path / "e"), 1 << 20, decoder=42)  # type: ignore[arg-type]
 
 
+def test_get_many_map_keeps_the_callers_keys(cache: n.NativeCache) -> None:
+    cache.set_typed("a", "text")
+    cache.set_typed(7, 7)
+    cache.set("u", b"payload", flags=n.FLAG_USER)
+    got = cache.get_many_map(["a", 7, "missing", "u"])
+    assert got == {"a": "text", 7: 7, "u": (n.FLAG_USER, b"payload")}
+    assert cache.get_many_map([]) == {}
+    with pytest.raises(n.KeyTypeError):
+        cache.get_many_map(["a", 1.5])  # type: ignore[list-item]
+
+
 def test_compare_and_delete(cache: n.NativeCache) -> None:
     cache.set("lock", b"me")
     assert not cache.delete_if_equals("lock", b"you")

@@ -715,6 +715,34 @@ impl NativeCache {
         PyList::new(py, items)
     }
 
+    /// Hits of many keys as a dict {key: value} (keys as given; misses and
+    /// rejected entries left out), one lock hold per shard.
+    fn get_many_map<'py>(
+        &self,
+        py: Python<'py>,
+        keys: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let originals: Vec<Bound<'py, PyAny>> = keys.try_iter()?.collect::<PyResult<_>>()?;
+        let raw: Vec<Vec<u8>> = originals
+            .iter()
+            .map(|k| with_key(&self.prefix, k, |b| Ok(b.to_vec())))
+            .collect::<PyResult<_>>()?;
+        let mut out: Vec<Option<PyResult<Fetched<'py>>>> = (0..raw.len()).map(|_| None).collect();
+        self.inner.get_many_with(&raw, |i, e| out[i] = Some(fetch(py, e))).or_py(py)?;
+        let d = PyDict::new(py);
+        for (key, got) in originals.iter().zip(out) {
+            if let Some(f) = got {
+                if let Some(v) = match f? {
+                    Fetched::Bytes(b) => Some(b.into_any()),
+                    other => self.finish(py, other)?,
+                } {
+                    d.set_item(key, v)?;
+                }
+            }
+        }
+        Ok(d)
+    }
+
     #[pyo3(signature = (items, ttl_ms=None))]
     fn set_many(
         &self,
