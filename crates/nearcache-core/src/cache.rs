@@ -223,7 +223,8 @@ impl Cache {
         self.store(key, value, flags, ttl_ms, SetMode::IfPresent)
     }
 
-    fn store(
+    /// Store under `mode` (set, add or replace); returns whether it stored.
+    pub fn store(
         &self,
         key: &[u8],
         value: &[u8],

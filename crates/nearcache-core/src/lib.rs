@@ -42,5 +42,5 @@ pub use cache::{Cache, CheckReport, Value, FLAG_INT};
 pub use error::{Error, Result};
 pub use file::{default_directory, OpenOptions};
 pub use layout::{LAYOUT_VERSION, MAX_KEY_LEN};
-pub use shard::{now_ms, Entry0, EntryRef, COMPACT_FREE_PERCENT};
+pub use shard::{now_ms, Entry0, EntryRef, SetMode, COMPACT_FREE_PERCENT};
 pub use stats::ShardStats;

@@ -10,7 +10,7 @@
 //! objects that cannot trigger the garbage collector (`bytes`) are
 //! created, so no Python code can run while a shard is locked.
 
-use nearcache_core::{Cache, EntryRef, Error as CoreError, OpenOptions, FLAG_INT};
+use nearcache_core::{Cache, EntryRef, Error as CoreError, OpenOptions, SetMode, FLAG_INT};
 use pyo3::exceptions::{PyKeyError, PyOverflowError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -344,16 +344,9 @@ impl NativeCache {
         value: &[u8],
         flags: u32,
         ttl: u64,
-        mode: u8,
+        mode: SetMode,
     ) -> PyResult<bool> {
-        with_key(&self.prefix, key, |k| {
-            match mode {
-                0 => self.inner.set(k, value, flags, ttl).map(|_| true),
-                1 => self.inner.add(k, value, flags, ttl),
-                _ => self.inner.replace(k, value, flags, ttl),
-            }
-            .or_py(py)
-        })
+        with_key(&self.prefix, key, |k| self.inner.store(k, value, flags, ttl, mode).or_py(py))
     }
 }
 
@@ -492,7 +485,7 @@ impl NativeCache {
         flags: u32,
     ) -> PyResult<()> {
         let ttl = ttl_arg(py, ttl_ms, self.default_ttl_ms)?;
-        with_value(value, |v| self.store(py, key, v, flags, ttl, 0)).map(|_| ())
+        with_value(value, |v| self.store(py, key, v, flags, ttl, SetMode::Always)).map(|_| ())
     }
 
     #[pyo3(signature = (key, value, ttl_ms=None, flags=0))]
@@ -505,7 +498,7 @@ impl NativeCache {
         flags: u32,
     ) -> PyResult<bool> {
         let ttl = ttl_arg(py, ttl_ms, self.default_ttl_ms)?;
-        with_value(value, |v| self.store(py, key, v, flags, ttl, 1))
+        with_value(value, |v| self.store(py, key, v, flags, ttl, SetMode::IfAbsent))
     }
 
     #[pyo3(signature = (key, value, ttl_ms=None, flags=0))]
@@ -518,7 +511,7 @@ impl NativeCache {
         flags: u32,
     ) -> PyResult<bool> {
         let ttl = ttl_arg(py, ttl_ms, self.default_ttl_ms)?;
-        with_value(value, |v| self.store(py, key, v, flags, ttl, 2))
+        with_value(value, |v| self.store(py, key, v, flags, ttl, SetMode::IfPresent))
     }
 
     fn pop<'py>(
@@ -566,10 +559,10 @@ impl NativeCache {
         let ttl = ttl_arg(py, ttl_ms, self.default_ttl_ms)?;
         if let Ok(b) = value.cast_exact::<PyBytes>() {
             // Fast path: no intermediate copy.
-            return self.store(py, key, b.as_bytes(), FLAG_BYTES, ttl, 0).map(|_| ());
+            return self.store(py, key, b.as_bytes(), FLAG_BYTES, ttl, SetMode::Always).map(|_| ());
         }
         let (payload, flags) = encode_native(value)?;
-        self.store(py, key, &payload, flags, ttl, 0).map(|_| ())
+        self.store(py, key, &payload, flags, ttl, SetMode::Always).map(|_| ())
     }
 
     #[pyo3(signature = (key, value, ttl_ms=None))]
@@ -582,7 +575,7 @@ impl NativeCache {
     ) -> PyResult<bool> {
         let ttl = ttl_arg(py, ttl_ms, self.default_ttl_ms)?;
         let (payload, flags) = encode_native(value)?;
-        self.store(py, key, &payload, flags, ttl, 1)
+        self.store(py, key, &payload, flags, ttl, SetMode::IfAbsent)
     }
 
     #[pyo3(signature = (key, default=None))]
