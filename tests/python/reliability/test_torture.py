@@ -71,6 +71,25 @@ def test_counter_regression_rules() -> None:
 # ------------------------------------------------------------------ short run
 
 
+def _wchan_available() -> bool:
+    """Whether /proc/<pid>/wchan names kernel functions on this system."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"])
+    try:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            try:
+                wchan = Path(f"/proc/{child.pid}/wchan").read_text().strip()
+            except OSError:
+                return False
+            if "nanosleep" in wchan:
+                return True
+            time.sleep(0.01)
+        return False
+    finally:
+        child.kill()
+        child.wait()
+
+
 def test_short_torture_run_with_kills_finds_no_violation(tmp_path: Path) -> None:
     cfg = TortureConfig(
         duration=10.0,
@@ -86,7 +105,10 @@ def test_short_torture_run_with_kills_finds_no_violation(tmp_path: Path) -> None
     assert report.values_verified > 100
     assert report.kills_random > 0
     assert report.kills_mid_write > 0
-    assert report.mid_write_kills_repaired == report.kills_mid_write
+    if _wchan_available():  # the harness can see the victim inside the hold
+        assert report.mid_write_kills_repaired == report.kills_mid_write
+    else:  # it kills after a fixed delay instead: most kills still land inside
+        assert report.mid_write_kills_repaired > 0
     assert report.shard_resets >= report.kills_mid_write
     assert report.corruptions == 0
     assert report.evictions > 0  # the cache is small on purpose
