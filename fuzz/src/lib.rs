@@ -60,10 +60,18 @@ impl<'a> Input<'a> {
     }
 }
 
+static DIR: OnceLock<PathBuf> = OnceLock::new();
+
+extern "C" fn remove_scratch() {
+    if let Some(dir) = DIR.get() {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
 /// A 0700 directory private to this fuzzing process (in /dev/shm when it
-/// exists, so file creation stays cheap), created once.
+/// exists, so file creation stays cheap), created once and removed when the
+/// process exits normally (a crashing input leaves it for inspection).
 pub fn scratch() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
         let base = if Path::new("/dev/shm").is_dir() {
             PathBuf::from("/dev/shm")
@@ -73,6 +81,8 @@ pub fn scratch() -> &'static Path {
         let dir = base.join(format!("nearcache-fuzz-{}", std::process::id()));
         use std::os::unix::fs::DirBuilderExt;
         std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir).unwrap();
+        // SAFETY: registering a plain extern "C" function with no arguments.
+        unsafe { libc::atexit(remove_scratch) };
         dir
     })
 }
