@@ -1,12 +1,14 @@
 //! Creating, opening, checking and mapping the cache file.
 //!
-//! Creation is atomic: the file is built under a unique temporary name
-//! (`O_CREAT|O_EXCL|O_NOFOLLOW`, mode 0600, space reserved with
+//! Creation is atomic: the file is built unnamed (`O_TMPFILE`, or where
+//! that is unsupported under a unique temporary name with
+//! `O_CREAT|O_EXCL|O_NOFOLLOW`), mode 0600, space reserved with
 //! `posix_fallocate` so a full tmpfs fails here with a clear error instead
-//! of a SIGBUS later), fully initialised, and then `link()`ed to its final
-//! name. A process killed half-way leaves only a stray temporary file, never
-//! a half-initialised cache; two processes racing to create the same cache
-//! both end up on the winner's file.
+//! of a SIGBUS later, fully initialised, and then linked to its final name
+//! (which never replaces an existing file). A process killed half-way leaves
+//! no half-initialised cache (and with `O_TMPFILE` nothing at all); two
+//! processes racing to create the same cache both end up on the winner's
+//! file.
 //!
 //! Attachment is tracked with open-file-description (OFD) locks on byte 0:
 //! every attached process holds a shared lock. An opener that can take the
@@ -425,11 +427,51 @@ fn remove_if_same(path: &Path, file: &File) -> Result<()> {
     Ok(())
 }
 
-fn create(
-    path: &Path,
-    geo: &Geometry,
-    init_shards: &dyn Fn(&Mapping, &Geometry) -> Result<()>,
-) -> Result<Option<Opened>> {
+/// Where a new cache file lives until it is published under its name.
+enum Staging {
+    /// An unnamed file (`O_TMPFILE`): a creator killed before publishing
+    /// leaves nothing behind, not even its reserved memory on tmpfs.
+    Anonymous,
+    /// A uniquely named temporary file beside the target (file systems
+    /// without `O_TMPFILE`, or no /proc to link it from).
+    Named(PathBuf),
+}
+
+fn create_error(what: &Path, e: io::Error) -> Error {
+    match e.raw_os_error() {
+        Some(libc::ENOSPC) => Error::Full(format!("creating {}: {e}", what.display())),
+        Some(libc::EACCES) | Some(libc::EPERM) => {
+            Error::Permission(format!("creating {}: {e}", what.display()))
+        }
+        _ => Error::io(format!("create {}", what.display()), e),
+    }
+}
+
+/// Open the file a new cache is built in, before it gets its name.
+fn open_staging(path: &Path) -> Result<(File, Staging)> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    if Path::new("/proc/self/fd").is_dir() {
+        let cdir = cpath(dir)?;
+        // SAFETY: cdir is a valid NUL-terminated path.
+        let fd = unsafe {
+            libc::open(
+                cdir.as_ptr(),
+                libc::O_TMPFILE | libc::O_RDWR | libc::O_CLOEXEC,
+                0o600 as libc::c_uint,
+            )
+        };
+        if fd >= 0 {
+            // SAFETY: fresh descriptor we own.
+            return Ok((unsafe { File::from_raw_fd(fd) }, Staging::Anonymous));
+        }
+        let e = io::Error::last_os_error();
+        if !matches!(
+            e.raw_os_error(),
+            Some(libc::EOPNOTSUPP) | Some(libc::EISDIR) | Some(libc::EINVAL)
+        ) {
+            return Err(create_error(path, e));
+        }
+    }
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
@@ -447,19 +489,59 @@ fn create(
         )
     };
     if fd < 0 {
-        let e = io::Error::last_os_error();
-        return Err(match e.raw_os_error() {
-            Some(libc::ENOSPC) => Error::Full(format!("creating {}: {e}", tmp.display())),
-            Some(libc::EACCES) | Some(libc::EPERM) => {
-                Error::Permission(format!("creating {}: {e}", tmp.display()))
-            }
-            _ => Error::io(format!("create {}", tmp.display()), e),
-        });
+        return Err(create_error(&tmp, io::Error::last_os_error()));
     }
     // SAFETY: fresh descriptor we own.
-    let file = unsafe { File::from_raw_fd(fd) };
+    Ok((unsafe { File::from_raw_fd(fd) }, Staging::Named(tmp)))
+}
+
+/// Give the staged file its final name; fails with EEXIST if a racing
+/// creator published first. Never replaces an existing file.
+fn publish(file: &File, staging: &Staging, path: &Path) -> io::Result<()> {
+    let target = cpath(path).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let rc = match staging {
+        Staging::Anonymous => {
+            let proc_path = CString::new(format!("/proc/self/fd/{}", file.as_raw_fd()))
+                .expect("no NUL in a formatted path");
+            // SAFETY: both are valid NUL-terminated paths; linking an
+            // O_TMPFILE file through /proc needs no privilege.
+            unsafe {
+                libc::linkat(
+                    libc::AT_FDCWD,
+                    proc_path.as_ptr(),
+                    libc::AT_FDCWD,
+                    target.as_ptr(),
+                    libc::AT_SYMLINK_FOLLOW,
+                )
+            }
+        }
+        Staging::Named(tmp) => {
+            let c = cpath(tmp).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+            // SAFETY: both are valid NUL-terminated paths.
+            unsafe { libc::link(c.as_ptr(), target.as_ptr()) }
+        }
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+fn create(
+    path: &Path,
+    geo: &Geometry,
+    init_shards: &dyn Fn(&Mapping, &Geometry) -> Result<()>,
+) -> Result<Option<Opened>> {
+    let (file, staging) = open_staging(path)?;
+    let fd = file.as_raw_fd();
+    let remove_staged = || {
+        if let Staging::Named(tmp) = &staging {
+            let _ = std::fs::remove_file(tmp);
+        }
+    };
     let cleanup = |e: Error| {
-        let _ = std::fs::remove_file(&tmp);
+        remove_staged();
         e
     };
     let total = geo.total_size();
@@ -484,16 +566,13 @@ fn create(
     init_shards(&m, geo).map_err(cleanup)?;
     // SAFETY: READY is inside the header; written last, then published by link.
     unsafe { std::ptr::write_volatile(m.ptr.add(fh::READY), 1u8) };
-    let cfinal = cpath(path)?;
-    // SAFETY: both are valid NUL-terminated paths.
-    let rc = unsafe { libc::link(c.as_ptr(), cfinal.as_ptr()) };
-    let link_err = io::Error::last_os_error();
-    let _ = std::fs::remove_file(&tmp);
-    if rc != 0 {
-        if link_err.raw_os_error() == Some(libc::EEXIST) {
+    let published = publish(&m.file, &staging, path);
+    remove_staged();
+    if let Err(e) = published {
+        if e.raw_os_error() == Some(libc::EEXIST) {
             return Ok(None);
         }
-        return Err(Error::io(format!("link {}", path.display()), link_err));
+        return Err(Error::io(format!("link {}", path.display()), e));
     }
     downgrade(fd)?;
     Ok(Some(Opened { map: m, geo: *geo, exclusive: true }))

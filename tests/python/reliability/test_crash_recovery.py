@@ -169,7 +169,8 @@ def test_creator_killed_before_initialising_never_publishes_a_half_file(
     tmp_path: Path,
 ) -> None:
     """Creators killed at random moments: the cache path is either absent or
-    a complete cache; stray temporary files are the only leftover."""
+    a complete cache, and nothing else is left behind (the file is built
+    unnamed, with O_TMPFILE, and only linked once complete)."""
     rng = random.Random(99)
     big = 4096 + 64 * 1024 * 1024  # large enough that creation takes a while
     for attempt in range(12):
@@ -177,6 +178,7 @@ def test_creator_killed_before_initialising_never_publishes_a_half_file(
         child = Child(lambda p=path: NativeCache(p, big, 64).set("k", b"v"))
         time.sleep(rng.uniform(0.0, 0.02))
         kill_and_reap(child)
+        assert set(os.listdir(tmp_path)) <= {f"c{attempt}"}, "a killed creator left files"
         # Whatever the moment of the kill, opening works: the file is either
         # complete (the creator got that far) or created afresh now.
         cache = NativeCache(path, big, 64)
