@@ -16,8 +16,23 @@ _PROCESS_TRADEOFF = (
 )
 
 
+class _MappingBackend(Backend):
+    """An in-process store used through the mapping protocol (get, item
+    assignment, pop); each process has its own (``local_store``)."""
+
+    def open(self) -> Handle:
+        store = self.local_store()
+        pop = store.pop
+        return Handle(
+            get=store.get, set=store.__setitem__, delete=lambda k: pop(k, None) is not None
+        )
+
+    def clear(self) -> None:
+        self.local_store().clear()
+
+
 @register
-class DictBackend(Backend):
+class DictBackend(_MappingBackend):
     """A plain ``dict``: the fastest Python can store and fetch a reference."""
 
     name = "dict"
@@ -32,19 +47,9 @@ class DictBackend(Backend):
     def _create_local(self) -> dict[str, Any]:
         return {}
 
-    def open(self) -> Handle:
-        store: dict[str, Any] = self.local_store()
-        pop = store.pop
-        return Handle(
-            get=store.get, set=store.__setitem__, delete=lambda k: pop(k, None) is not None
-        )
-
-    def clear(self) -> None:
-        self.local_store().clear()
-
 
 @register
-class CachetoolsLRU(Backend):
+class CachetoolsLRU(_MappingBackend):
     """``cachetools.LRUCache``, pure Python."""
 
     name = "cachetools"
@@ -63,19 +68,9 @@ class CachetoolsLRU(Backend):
     def _create_local(self) -> Any:
         return import_module("cachetools").LRUCache(maxsize=self._maxsize)
 
-    def open(self) -> Handle:
-        store = self.local_store()
-        pop = store.pop
-        return Handle(
-            get=store.get, set=store.__setitem__, delete=lambda k: pop(k, None) is not None
-        )
-
-    def clear(self) -> None:
-        self.local_store().clear()
-
 
 @register
-class CacheboxLRU(Backend):
+class CacheboxLRU(_MappingBackend):
     """``cachebox.LRUCache``, implemented in Rust."""
 
     name = "cachebox"
@@ -93,13 +88,3 @@ class CacheboxLRU(Backend):
 
     def _create_local(self) -> Any:
         return import_module("cachebox").LRUCache(self._maxsize)
-
-    def open(self) -> Handle:
-        store = self.local_store()
-        pop = store.pop
-        return Handle(
-            get=store.get, set=store.__setitem__, delete=lambda k: pop(k, None) is not None
-        )
-
-    def clear(self) -> None:
-        self.local_store().clear()
