@@ -217,6 +217,20 @@ fn encode_native(value: &Bound<'_, PyAny>) -> PyResult<(Vec<u8>, u32)> {
 /// A raw hit: the value and its flags.
 type RawHit<'py> = (Bound<'py, PyBytes>, u32);
 
+/// A new `bytes` holding the entry's value, copied straight from the
+/// mapping (a `bytes` object cannot start the garbage collector).
+fn value_bytes<'py>(py: Python<'py>, e: &EntryRef<'_>) -> PyResult<Bound<'py, PyBytes>> {
+    PyBytes::new_with(py, e.len(), |buf| {
+        e.copy_to(buf);
+        Ok(())
+    })
+}
+
+/// The entry's value and flags.
+fn raw_hit<'py>(py: Python<'py>, e: &EntryRef<'_>) -> PyResult<RawHit<'py>> {
+    value_bytes(py, e).map(|b| (b, e.flags()))
+}
+
 /// What a typed read copied out under the lock.
 enum Fetched<'py> {
     Bytes(Bound<'py, PyBytes>),
@@ -230,23 +244,14 @@ fn fetch<'py>(py: Python<'py>, e: EntryRef<'_>) -> PyResult<Fetched<'py>> {
     let flags = e.flags();
     let n = e.len();
     match flags {
-        FLAG_BYTES => Ok(Fetched::Bytes(PyBytes::new_with(py, n, |buf| {
-            e.copy_to(buf);
-            Ok(())
-        })?)),
+        FLAG_BYTES => Ok(Fetched::Bytes(value_bytes(py, &e)?)),
         FLAG_STR => Ok(Fetched::Text(e.to_vec())),
         FLAG_INT | FLAG_FLOAT | FLAG_BOOL | FLAG_NONE if n <= 16 => {
             let mut buf = [0u8; 16];
             e.copy_to(&mut buf[..n]);
             Ok(Fetched::Small(flags, n, buf))
         }
-        _ => Ok(Fetched::Other(
-            flags,
-            PyBytes::new_with(py, n, |buf| {
-                e.copy_to(buf);
-                Ok(())
-            })?,
-        )),
+        _ => Ok(Fetched::Other(flags, value_bytes(py, &e)?)),
     }
 }
 
@@ -442,15 +447,7 @@ impl NativeCache {
         key: &Bound<'py, PyAny>,
     ) -> PyResult<Option<Bound<'py, PyBytes>>> {
         with_key(&self.prefix, key, |k| {
-            self.inner
-                .get_with(k, |e| {
-                    PyBytes::new_with(py, e.len(), |buf| {
-                        e.copy_to(buf);
-                        Ok(())
-                    })
-                })
-                .or_py(py)?
-                .transpose()
+            self.inner.get_with(k, |e| value_bytes(py, &e)).or_py(py)?.transpose()
         })
     }
 
@@ -460,17 +457,7 @@ impl NativeCache {
         key: &Bound<'py, PyAny>,
     ) -> PyResult<Option<(Bound<'py, PyBytes>, u32)>> {
         with_key(&self.prefix, key, |k| {
-            let got = self
-                .inner
-                .get_with(k, |e| {
-                    let flags = e.flags();
-                    PyBytes::new_with(py, e.len(), |buf| {
-                        e.copy_to(buf);
-                        Ok(())
-                    })
-                    .map(|b| (b, flags))
-                })
-                .or_py(py)?;
+            let got = self.inner.get_with(k, |e| raw_hit(py, &e)).or_py(py)?;
             got.transpose()
         })
     }
@@ -520,17 +507,7 @@ impl NativeCache {
         key: &Bound<'py, PyAny>,
     ) -> PyResult<Option<(Bound<'py, PyBytes>, u32)>> {
         with_key(&self.prefix, key, |k| {
-            self.inner
-                .pop_with(k, |e| {
-                    let flags = e.flags();
-                    PyBytes::new_with(py, e.len(), |buf| {
-                        e.copy_to(buf);
-                        Ok(())
-                    })
-                    .map(|b| (b, flags))
-                })
-                .or_py(py)?
-                .transpose()
+            self.inner.pop_with(k, |e| raw_hit(py, &e)).or_py(py)?.transpose()
         })
     }
 
@@ -670,14 +647,7 @@ impl NativeCache {
         let mut out: Vec<Option<PyResult<RawHit<'py>>>> = (0..keys.len()).map(|_| None).collect();
         self.inner
             .get_many_with(&keys, |i, e| {
-                let flags = e.flags();
-                out[i] = Some(
-                    PyBytes::new_with(py, e.len(), |buf| {
-                        e.copy_to(buf);
-                        Ok(())
-                    })
-                    .map(|b| (b, flags)),
-                );
+                out[i] = Some(raw_hit(py, &e));
             })
             .or_py(py)?;
         let items: Vec<Bound<'py, PyAny>> = out
