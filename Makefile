@@ -48,3 +48,12 @@ lint:
 clean:
 	cargo clean
 	rm -rf .pytest_cache .mypy_cache .ruff_cache python/nearcache/*.so
+
+# Perl binding (perl/Cache-Near): build and test it, and re-run seed 000/001 in Perl.
+.PHONY: perl-test perl-bench
+perl-test:
+	scripts/test-perl.sh
+
+perl-bench:
+	cd perl/Cache-Near && perl Makefile.PL && $(MAKE)
+	perl -Iperl/Cache-Near/blib/lib -Iperl/Cache-Near/blib/arch perl/bench/chi2010.pl --markdown perl/bench/results/chi2010.md --json perl/bench/results/chi2010.json

@@ -6,6 +6,7 @@ the script starts its own on free loopback ports and stops them by PID)::
     python benchmarks/tiered.py              # about a minute
     python benchmarks/tiered.py --quick      # a few seconds, rough numbers
     python benchmarks/tiered.py --json out.json
+    python benchmarks/tiered.py --scale-out  # only section 4, about 80 s
 
 1. **L1 hit cost.**  ``TieredCache(ShmDriver, RedisDriver).get`` on keys held
    in L1, against a plain :class:`nearcache.Cache` get of the same keys and
@@ -23,6 +24,12 @@ the script starts its own on free loopback ports and stops them by PID)::
 3. **Invalidation delay.**  Host A (this process) writes a key that host B
    (another process) holds in its L1; B polls its L1 every 50 µs and reports
    when the key is gone.  Median, p90, p99 and max over many writes.
+4. **Scale-out** (``--scale-out``).  Set cost against a redis-py ``SET`` per
+   invalidation mode (pub/sub, stream with the listener in this or another
+   process, CLIENT TRACKING); invalidation delay per mode; Redis CPU per
+   10,000 writes per mode; with 8 worker processes on one host, the number
+   of ``XREAD`` connections and the listener's takeover after SIGKILL; ten
+   misses while the L2 Redis is paused, with and without the breaker.
 """
 
 from __future__ import annotations
@@ -274,9 +281,13 @@ def chi_workload(
 # ---------------------------------------------------------------- 3. invalidation delay
 
 
-def _host_b(redis_url: str, path: str, prefix: str, conn: Any) -> None:
+def _host_b(redis_url: str, path: str, prefix: str, conn: Any, invalidation: str = "auto") -> None:
     """Host B: hold keys in L1 and report when each disappears."""
-    cache = TieredCache(ShmDriver(path=path, size="16MiB"), RedisDriver(redis_url, prefix=prefix))
+    cache = TieredCache(
+        ShmDriver(path=path, size="16MiB"),
+        RedisDriver(redis_url, prefix=prefix),
+        invalidation=invalidation,
+    )
     assert cache.wait_ready(10)
     conn.send("ready")
     heard = 0
@@ -299,17 +310,23 @@ def _host_b(redis_url: str, path: str, prefix: str, conn: Any) -> None:
     cache.close()
 
 
-def invalidation_delay(redis_url: str, workdir: Path, samples: int) -> dict[str, Any]:
+def invalidation_delay(
+    redis_url: str, workdir: Path, samples: int, invalidation: str = "auto"
+) -> dict[str, Any]:
     """Seconds from host A's set returning to host B's L1 copy being gone."""
-    prefix = "bench-inval:"
+    prefix = f"bench-inval-{invalidation}:"
     context = multiprocessing.get_context("spawn")
     parent, child = context.Pipe()
     process = context.Process(
-        target=_host_b, args=(redis_url, str(workdir / "host-b"), prefix, child), daemon=True
+        target=_host_b,
+        args=(redis_url, str(workdir / f"host-b-{invalidation}"), prefix, child, invalidation),
+        daemon=True,
     )
     process.start()
     host_a = TieredCache(
-        ShmDriver(path=workdir / "host-a", size="16MiB"), RedisDriver(redis_url, prefix=prefix)
+        ShmDriver(path=workdir / f"host-a-{invalidation}", size="16MiB"),
+        RedisDriver(redis_url, prefix=prefix),
+        invalidation=invalidation,
     )
     assert host_a.wait_ready(10)
     assert parent.recv() == "ready"
@@ -339,6 +356,269 @@ def invalidation_delay(redis_url: str, workdir: Path, samples: int) -> dict[str,
         "p90_ms": pick(0.90),
         "p99_ms": pick(0.99),
         "max_ms": round(ms[-1], 3),
+    }
+
+
+# ------------------------------------------------------------ 4. scale-out (round two)
+
+
+_WORKER = """
+import sys, time
+from nearcache.drivers import RedisDriver, ShmDriver
+from nearcache.tiered import TieredCache
+prefix = sys.argv[3] if len(sys.argv) > 3 else "takeover:"
+cache = TieredCache(ShmDriver(path=sys.argv[1], size="64MiB"),
+                    RedisDriver(sys.argv[2], prefix=prefix), invalidation="stream")
+cache.wait_ready(10)
+print("ready", flush=True)
+time.sleep(3600)
+"""
+
+
+def set_cost(redis_url: str, workdir: Path, rounds: int, per_round: int) -> dict[str, Any]:
+    """µs per set: redis-py SET against tiered sets with each invalidation mode.
+
+    Candidates take turns within every round (wall clock: a set is a round
+    trip); the ratio is the median of the per-round ratios to redis-py.  The
+    writing thread's CPU time is taken too (``time.thread_time``): it is the
+    client's own cost, which other processes' load does not inflate, while
+    the wall clock also holds the server's and the scheduler's.  In
+    stream mode the host's listener runs either in the writing process or,
+    as for most workers of a host, in another process (started first, so it
+    wins the election).
+    """
+    raw = redis.Redis.from_url(redis_url)
+    l1_dir = workdir / "set-cost"
+    l1_dir.mkdir(exist_ok=True)
+    listener = subprocess.Popen(
+        [sys.executable, "-c", _WORKER, str(l1_dir / "worker"), redis_url, "cost-worker:"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert listener.stdout is not None and listener.stdout.readline().strip() == "ready"
+
+    def tier(name: str, invalidation: str | None) -> TieredCache:
+        cache = TieredCache(
+            ShmDriver(path=l1_dir / name, size="64MiB"),
+            RedisDriver(redis_url, prefix=f"cost-{name}:"),
+            invalidation=invalidation,
+        )
+        assert cache.wait_ready(10)
+        return cache
+
+    plain, pubsub, stream, worker = (
+        tier("plain", None),
+        tier("pubsub", "auto"),
+        tier("stream", "stream"),
+        tier("worker", "stream"),
+    )
+    tracking = tier("tracking", "tracking")
+    assert stream.is_listener and not worker.is_listener
+    data = value(random.Random(4))
+    keys = [f"key-{i}" for i in range(per_round)]
+    candidates: dict[str, Callable[[str, bytes], Any]] = {
+        "redis-py SET": lambda k, v: raw.set("cost-raw:" + k, v),
+        "TieredCache.set, no invalidation (L2 SET and L1 bookkeeping only)": plain.set,
+        "TieredCache.set, pub/sub (a subscriber in every process)": pubsub.set,
+        "TieredCache.set, stream, this process is the host's listener": stream.set,
+        "TieredCache.set, stream, another process of the host listens": worker.set,
+        "TieredCache.set, CLIENT TRACKING (nothing published)": tracking.set,
+    }
+    times: dict[str, list[float]] = {name: [] for name in candidates}
+    cpu: dict[str, list[float]] = {name: [] for name in candidates}
+    for _ in range(rounds):
+        for name, setter in candidates.items():
+            start, start_cpu = time.perf_counter(), time.thread_time()
+            for key in keys:
+                setter(key, data)
+            cpu[name].append((time.thread_time() - start_cpu) / per_round)
+            times[name].append((time.perf_counter() - start) / per_round)
+
+    def ratio(series: list[float], base: list[float]) -> float:
+        return round(statistics.median(x / b for x, b in zip(series, base, strict=True)), 3)
+
+    results = {
+        name: {
+            "us_median": round(statistics.median(t) * 1e6, 1),
+            "ratio_to_redis_py": ratio(t, times["redis-py SET"]),
+            "cpu_us_median": round(statistics.median(cpu[name]) * 1e6, 1),
+            "cpu_ratio_to_redis_py": ratio(cpu[name], cpu["redis-py SET"]),
+        }
+        for name, t in times.items()
+    }
+    for cache in (plain, pubsub, stream, worker, tracking):
+        cache.clear()
+        cache.close()
+    listener.kill()
+    listener.wait()
+    raw.close()
+    return results
+
+
+def redis_cpu(redis_url: str, workdir: Path, writes: int) -> dict[str, Any]:
+    """Redis CPU seconds (INFO used_cpu_user + used_cpu_sys) per 10,000 tiered sets, per mode.
+
+    Two hosts listen in each mode, as a deployment would have.
+    """
+    raw = redis.Redis.from_url(redis_url)
+
+    def cpu() -> float:
+        info = raw.info("cpu")
+        return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+    data = value(random.Random(5))
+    results: dict[str, Any] = {}
+    for mode in ("none", "auto", "stream", "tracking"):
+        hosts = [
+            TieredCache(
+                ShmDriver(path=workdir / f"cpu-{mode}-{i}", size="64MiB"),
+                RedisDriver(redis_url, prefix=f"cpu-{mode}:"),
+                invalidation=None if mode == "none" else mode,
+            )
+            for i in range(2)
+        ]
+        for cache in hosts:
+            assert cache.wait_ready(10)
+        before = cpu()
+        for i in range(writes):
+            hosts[0].set(f"k{i % 1000}", data)
+        time.sleep(0.2)  # the listeners drain
+        used = cpu() - before
+        name = {
+            "none": "no invalidation",
+            "auto": "pub/sub",
+            "stream": "stream",
+            "tracking": "CLIENT TRACKING",
+        }[mode]
+        results[name] = {"cpu_s_per_10k_writes": round(used * 10_000 / writes, 3)}
+        for cache in hosts:
+            cache.clear()
+            cache.close()
+    raw.close()
+    return results
+
+
+def listener_takeover(redis_url: str, workdir: Path, workers: int, kills: int) -> dict[str, Any]:
+    """One host of ``workers`` processes: XREAD connections, and takeover after SIGKILL.
+
+    Takeover is timed from the SIGKILL of the listening process to the moment
+    the host's L1 no longer holds a key that another host rewrote right after
+    the kill (so it includes the election, the new listener's resume and the
+    replay of that write).
+    """
+    import signal
+
+    path = str(workdir / "takeover-host")
+    raw = redis.Redis.from_url(redis_url)
+    procs = []
+    for _ in range(workers):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _WORKER, path, redis_url], stdout=subprocess.PIPE, text=True
+        )
+        procs.append(proc)
+    for proc in procs:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    l1 = ShmDriver(path=path)
+    other = TieredCache(
+        ShmDriver(path=workdir / "takeover-other", size="16MiB"),
+        RedisDriver(redis_url, prefix="takeover:"),
+        invalidation="stream",
+    )
+    assert other.wait_ready(10)
+
+    def listeners() -> int:
+        return sum(1 for c in raw.client_list() if c.get("cmd") == "xread")
+
+    time.sleep(0.3)
+    connections = listeners() - 1  # minus the other host's listener
+    lock = Path(path + ".listener")
+    delays = []
+    for i in range(kills):
+        victim = None
+        deadline = time.monotonic() + 10
+        while victim is None and time.monotonic() < deadline:  # the current listener
+            text = lock.read_text().strip()
+            victim = next((p for p in procs if str(p.pid) == text and p.poll() is None), None)
+            time.sleep(0.01)
+        assert victim is not None, "no live listener"
+        key = f"k{i}"
+        other.set(key, "old")
+        time.sleep(0.05)  # the host's listener has applied that write
+        l1.set(key, "old")  # the host holds a copy
+        os.kill(victim.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        victim.wait()
+        other.set(key, "new")
+        while l1.contains(key) and time.monotonic() - killed < 10:
+            time.sleep(0.0002)
+        delays.append(time.monotonic() - killed)
+        procs.remove(victim)  # a new worker replaces it, as a process manager would
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", _WORKER, path, redis_url], stdout=subprocess.PIPE, text=True
+            )
+        )
+        assert procs[-1].stdout is not None and procs[-1].stdout.readline().strip() == "ready"
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    other.clear()
+    other.close()
+    raw.close()
+    ms = sorted(d * 1000 for d in delays)
+    return {
+        "workers": workers,
+        "xread_connections_of_the_host": connections,
+        "kills": kills,
+        "takeover_median_ms": round(statistics.median(ms), 1),
+        "takeover_max_ms": round(ms[-1], 1),
+    }
+
+
+def paused_l2(workdir: Path) -> dict[str, Any]:
+    """10 L2 misses while the L2 Redis is paused (SIGSTOP), with and without the breaker."""
+    results: dict[str, Any] = {}
+    for name, breaker in (("without breaker", False), ("with breaker (default)", True)):
+        with RedisServer(workdir=workdir) as server:
+            cache = TieredCache(
+                ShmDriver(path=workdir / f"paused-{breaker}", size="16MiB"),
+                RedisDriver(server.url, socket_timeout=1.0),
+                invalidation=None,
+                on_get_error="ignore",
+                circuit_breaker=breaker,
+            )
+            cache.get("warm-up")
+            server.pause()
+            try:
+                start = time.monotonic()
+                cache.get("first")  # waits one socket timeout
+                first = time.monotonic() - start
+                start = time.monotonic()
+                for i in range(10):
+                    cache.get(f"miss-{i}")
+                ten = time.monotonic() - start
+            finally:
+                server.resume()
+            cache.close()
+        results[name] = {"first_miss_s": round(first, 3), "next_10_misses_ms": round(ten * 1e3, 3)}
+    return results
+
+
+def scale_out(redis_url: str, workdir: Path, quick: bool) -> dict[str, Any]:
+    """The round-two measurements."""
+    rounds, per_round, writes, kills, samples = (
+        (5, 200, 2000, 3, 50) if quick else (30, 500, 20_000, 10, 500)
+    )
+    return {
+        "set_cost": set_cost(redis_url, workdir, rounds, per_round),
+        "invalidation_delay": {
+            mode: invalidation_delay(redis_url, workdir, samples, invalidation=mode)
+            for mode in ("auto", "stream", "tracking")
+        },
+        "redis_cpu": redis_cpu(redis_url, workdir, writes),
+        "listener_takeover": listener_takeover(redis_url, workdir, 8, kills),
+        "paused_l2": paused_l2(workdir),
     }
 
 
@@ -414,7 +694,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds: rough numbers")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument(
+        "--scale-out",
+        action="store_true",
+        help="only the scale-out measurements: set cost per invalidation mode, invalidation "
+        "delay, Redis CPU, listener takeover, paused L2",
+    )
     args = parser.parse_args()
+    if args.scale_out:
+        info = machine()
+        with (
+            tempfile.TemporaryDirectory(prefix="nearcache-bench-") as tmp,
+            RedisServer(workdir=tmp) as redis_server,
+        ):
+            results = {"machine": info, **scale_out(redis_server.url, Path(tmp), args.quick)}
+        results["machine"]["load average after"] = os.getloadavg()
+        print(json.dumps(results, indent=2))
+        if args.json:
+            args.json.write_text(json.dumps(results, indent=2) + "\n")
+        return
     rounds, iterations, repeats, samples = (10, 300, 1, 50) if args.quick else (60, 3000, 3, 300)
     info = machine()
     with tempfile.TemporaryDirectory(prefix="nearcache-bench-") as tmp:

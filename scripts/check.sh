@@ -23,9 +23,13 @@ ruff check python tests benchmarks
 ruff format --check python tests benchmarks
 step "mypy --strict"
 mypy
+step "stubtest: stubs and annotations match the runtime"
+scripts/test-stubtest.sh
 step "pytest"
 python3 -m pytest -q tests/python
+step "Perl: Cache::Near and CHI's driver suite (perl/Cache-Near)" && scripts/test-perl.sh
 if [ -x tests/django/run.sh ]; then
     step "Django's cache test suite"
     tests/django/run.sh
 fi
+step "Flask-Caching's test suite"; tests/flask/run.sh

@@ -9,6 +9,12 @@ cd "$(dirname "$0")/.."
 need_apt=()
 command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 command -v memcached >/dev/null 2>&1 || need_apt+=(memcached)
+# scripts/test-venv.sh and the Django suite make virtualenvs (Debian splits venv out).
+python3 -c 'import ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
+command -v wrk >/dev/null 2>&1 || need_apt+=(wrk)  # HTTP load generator of the e2e bench
+command -v redis-cli >/dev/null 2>&1 || need_apt+=(redis-tools)  # Redis Cluster tests
+# Perl binding (perl/Cache-Near): headers, CHI, the modules it is compared with, CHI's test modules.
+perl -MConfig -MCHI -MCache::FastMmap -MCache::Memcached::Fast -MCHI::Driver::Memcached::Fast -MTest::Class -MTest::Deep -MTest::Exception -MTest::Warn -MSereal -e 'exit(-f "$Config::Config{archlibexp}/CORE/perl.h" ? 0 : 1)' >/dev/null 2>&1 || need_apt+=(perl make libperl-dev libchi-perl libcache-fastmmap-perl libcache-memcached-fast-perl libchi-driver-memcached-perl libtest-class-perl libtest-deep-perl libtest-exception-perl libtest-warn-perl libsereal-perl)
 if [ ${#need_apt[@]} -gt 0 ]; then
     SUDO=""
     [ "$(id -u)" -eq 0 ] || SUDO="sudo"

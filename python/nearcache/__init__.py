@@ -12,6 +12,8 @@ See the user guide (``docs/guide.md``) for the whole API.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from nearcache import _native
 from nearcache.cache import DEFAULT_SIZE, Cache, SignedCache, default_directory
 from nearcache.config import from_dict, from_url
@@ -19,6 +21,7 @@ from nearcache.errors import (
     BackendError,
     CacheClosedError,
     CacheFullError,
+    CacheNotFoundError,
     CacheOSError,
     ConfigurationError,
     CorruptFileError,
@@ -35,6 +38,7 @@ from nearcache.errors import (
     NotACounterError,
     PermissionDeniedError,
     SerializationError,
+    ShardLockTimeoutError,
     ValueTooLargeError,
 )
 from nearcache.locks import Lock
@@ -50,6 +54,9 @@ from nearcache.serializers import (
 from nearcache.tiered import TieredCache
 from nearcache.units import format_size, parse_duration, parse_size
 
+if TYPE_CHECKING:
+    from nearcache.aio import AsyncCache
+
 __version__ = "0.1.0"
 
 #: Version of the on-file layout the engine reads and writes.
@@ -58,10 +65,12 @@ LAYOUT_VERSION: int = _native.LAYOUT_VERSION
 __all__ = [
     "DEFAULT_SIZE",
     "LAYOUT_VERSION",
+    "AsyncCache",
     "BackendError",
     "Cache",
     "CacheClosedError",
     "CacheFullError",
+    "CacheNotFoundError",
     "CacheOSError",
     "Compressor",
     "ConfigurationError",
@@ -84,6 +93,7 @@ __all__ = [
     "PickleSerializer",
     "SerializationError",
     "Serializer",
+    "ShardLockTimeoutError",
     "SignedCache",
     "TieredCache",
     "ValueCodec",
@@ -97,3 +107,12 @@ __all__ = [
     "parse_duration",
     "parse_size",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``nearcache.AsyncCache``, imported on first use (it brings in asyncio)."""
+    if name == "AsyncCache":
+        from nearcache.aio import AsyncCache
+
+        return AsyncCache
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

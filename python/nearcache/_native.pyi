@@ -26,12 +26,44 @@ FLAG_USER    16     first flag value the Python layer may use
 """
 
 from collections.abc import Callable, Iterable
-from typing import Final, TypeVar
+from typing import Final, TypeVar, final
+
+__all__ = [
+    "FLAG_BOOL",
+    "FLAG_BYTES",
+    "FLAG_FLOAT",
+    "FLAG_INT",
+    "FLAG_NONE",
+    "FLAG_STR",
+    "FLAG_USER",
+    "LAYOUT_VERSION",
+    "MAX_KEY_LEN",
+    "MISSING",
+    "CacheClosedError",
+    "CacheFullError",
+    "CacheNotFoundError",
+    "CacheOSError",
+    "CorruptFileError",
+    "CounterOverflowError",
+    "Error",
+    "IncompatibleFileError",
+    "InvalidArgumentError",
+    "InvalidKeyError",
+    "KeyTypeError",
+    "NativeCache",
+    "NotACounterError",
+    "PermissionDeniedError",
+    "ShardLockTimeoutError",
+    "ValueTooLargeError",
+    "__version__",
+    "default_directory",
+]
 
 _D = TypeVar("_D")
 
-Key = bytes | str | int
-Native = bytes | str | int | float | bool | None
+# Aliases of the stub only (private: the runtime module has no such names).
+_Key = bytes | str | int
+_Native = bytes | str | int | float | bool | None
 
 FLAG_BYTES: Final[int]
 FLAG_STR: Final[int]
@@ -65,6 +97,9 @@ class InvalidArgumentError(Error, ValueError):
 class CacheOSError(Error, OSError):
     """An operating-system call on the cache file failed."""
 
+class CacheNotFoundError(CacheOSError, FileNotFoundError):
+    """The cache file does not exist (opened with create=False)."""
+
 class IncompatibleFileError(Error):
     """The file exists but was created with other parameters or layout."""
 
@@ -83,22 +118,28 @@ class NotACounterError(Error, TypeError):
 class CounterOverflowError(Error, OverflowError):
     """incr/decr would overflow a signed 64-bit counter; the value is unchanged."""
 
+class ShardLockTimeoutError(Error, TimeoutError):
+    """A write could not take its shard's lock within the lock timeout."""
+
+@final
 class NativeCache:
     """One shared-memory cache file, mapped into this process."""
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         path: str,
         size: int,
         shards: int = 0,
         *,
         default_ttl_ms: int = 0,
-        prefix: bytes = b"",
+        prefix: bytes = ...,  # b"" (PyO3 does not render bytes defaults)
         recreate: bool = False,
         allow_foreign_owner: bool = False,
         create: bool = True,
         decoder: Callable[[int, bytes], object] | None = None,
-    ) -> None:
+        lock_timeout_ms: float = 50.0,
+        on_lock_timeout: str = "raise",
+    ) -> NativeCache:
         """Open ``path`` or create it with ``size`` bytes in ``shards`` shards.
 
         ``shards=0`` picks a count from ``size``.  Reopening an existing file
@@ -111,6 +152,12 @@ class NativeCache:
         with flags >= FLAG_USER; it returns the value, or ``MISSING`` to make
         the read a miss. Without a decoder those reads return
         ``(flags, payload)``.
+
+        A shard lock held by another live process is waited for at most
+        ``lock_timeout_ms``; then a read is a miss and a write raises
+        :class:`ShardLockTimeoutError` (``on_lock_timeout="raise"``) or is
+        skipped, reported as not stored / not found (``"skip"``). Both are
+        counted in ``stats()["lock_timeouts"]``.
         """
 
     @property
@@ -120,6 +167,9 @@ class NativeCache:
         """Total file size in bytes."""
     @property
     def shard_count(self) -> int: ...
+    @property
+    def lock_timeout_ms(self) -> float:
+        """Longest wait for a shard lock held by another process."""
     @property
     def max_entry_size(self) -> int:
         """Largest key+value (plus a 32-byte header) one entry may use."""
@@ -131,36 +181,36 @@ class NativeCache:
     def prefix(self) -> bytes: ...
 
     # Raw bytes path (flags are the caller's).
-    def get(self, key: Key) -> bytes | None: ...
-    def get_entry(self, key: Key) -> tuple[bytes, int] | None:
+    def get(self, key: _Key) -> bytes | None: ...
+    def get_entry(self, key: _Key) -> tuple[bytes, int] | None:
         """Value and flags, or None on a miss."""
-    def set(self, key: Key, value: bytes, ttl_ms: int | None = None, flags: int = 0) -> None: ...
-    def add(self, key: Key, value: bytes, ttl_ms: int | None = None, flags: int = 0) -> bool: ...
+    def set(self, key: _Key, value: bytes, ttl_ms: int | None = None, flags: int = 0) -> None: ...
+    def add(self, key: _Key, value: bytes, ttl_ms: int | None = None, flags: int = 0) -> bool: ...
     def replace(
-        self, key: Key, value: bytes, ttl_ms: int | None = None, flags: int = 0
+        self, key: _Key, value: bytes, ttl_ms: int | None = None, flags: int = 0
     ) -> bool: ...
-    def pop(self, key: Key) -> tuple[bytes, int] | None: ...
+    def pop(self, key: _Key) -> tuple[bytes, int] | None: ...
 
     # Typed path: native values encoded by flag; others come back as (flags, bytes).
-    def get_typed(self, key: Key, default: _D = ...) -> Native | tuple[int, bytes] | _D: ...
-    def set_typed(self, key: Key, value: Native, ttl_ms: int | None = None) -> None:
+    def get_typed(self, key: _Key, default: _D = ...) -> _Native | tuple[int, bytes] | _D: ...
+    def set_typed(self, key: _Key, value: _Native, ttl_ms: int | None = None) -> None:
         """Store a bytes/str/int (64-bit)/float/bool/None value with its flag.
 
         Raises TypeError for other types and OverflowError for ints outside
         the signed 64-bit range: the Python layer serializes those instead.
         """
-    def add_typed(self, key: Key, value: Native, ttl_ms: int | None = None) -> bool: ...
-    def pop_typed(self, key: Key, default: _D = ...) -> Native | tuple[int, bytes] | _D: ...
-    def delete(self, key: Key) -> bool: ...
-    def delete_if_equals(self, key: Key, value: bytes) -> bool:
+    def add_typed(self, key: _Key, value: _Native, ttl_ms: int | None = None) -> bool: ...
+    def pop_typed(self, key: _Key, default: _D = ...) -> _Native | tuple[int, bytes] | _D: ...
+    def delete(self, key: _Key) -> bool: ...
+    def delete_if_equals(self, key: _Key, value: bytes) -> bool:
         """Delete ``key`` only if its raw value is exactly ``value`` (atomic)."""
-    def touch(self, key: Key, ttl_ms: int | None = None) -> bool: ...
-    def ttl_ms(self, key: Key) -> int | None:
+    def touch(self, key: _Key, ttl_ms: int | None = None) -> bool: ...
+    def ttl_ms(self, key: _Key) -> int | None:
         """Milliseconds left (0 = never expires), None on a miss."""
-    def expire_at_ms(self, key: Key) -> int | None:
+    def expire_at_ms(self, key: _Key) -> int | None:
         """Absolute expiry in Unix milliseconds (0 = never), None on a miss."""
     def incr(
-        self, key: Key, delta: int = 1, initial: int | None = 0, ttl_ms: int | None = None
+        self, key: _Key, delta: int = 1, initial: int | None = 0, ttl_ms: int | None = None
     ) -> int:
         """Atomically add ``delta`` (may be negative) to a 64-bit counter.
 
@@ -169,33 +219,41 @@ class NativeCache:
         overflow raises CounterOverflowError and leaves the value as it was;
         a non-counter value raises NotACounterError.
         """
-    def contains(self, key: Key) -> bool: ...
-    def __contains__(self, key: Key) -> bool: ...
+    def contains(self, key: _Key) -> bool: ...
+    def __contains__(self, key: _Key, /) -> bool: ...
     def __len__(self) -> int: ...
-    def get_many(self, keys: Iterable[Key]) -> list[tuple[bytes, int] | None]:
+    def get_many(self, keys: Iterable[_Key]) -> list[tuple[bytes, int] | None]:
         """(value, flags) per key, in order; None for a miss. One lock per shard."""
-    def get_many_typed(self, keys: Iterable[Key]) -> list[Native | tuple[int, bytes] | object]:
+    def get_many_typed(self, keys: Iterable[_Key]) -> list[_Native | tuple[int, bytes] | object]:
         """Like get_typed per key, in order; a miss is the ``MISSING`` sentinel."""
-    def get_many_map(self, keys: Iterable[Key]) -> dict[Key, object]:
+    def get_many_map(self, keys: Iterable[_Key]) -> dict[_Key, object]:
         """Hits as ``{key: value}`` (keys as given), decoded like get_typed."""
-    def set_many(self, items: Iterable[tuple[Key, bytes, int]], ttl_ms: int | None = None) -> None:
+    def set_many(self, items: Iterable[tuple[_Key, bytes, int]], ttl_ms: int | None = None) -> None:
         """Store (key, value, flags) triples, taking each shard's lock once."""
-    def delete_many(self, keys: Iterable[Key]) -> int: ...
+    def delete_many(self, keys: Iterable[_Key]) -> int: ...
     def clear(self) -> None:
         """Remove every entry (only this prefix's entries when a prefix is set)."""
     def keys(self) -> list[bytes]:
         """Snapshot of live keys (without the prefix)."""
-    def stats(self) -> dict[str, int]: ...
-    def shard_stats(self) -> list[dict[str, int]]: ...
+    def stats(self) -> dict[str, int]:
+        """Counters summed over the shards, plus ``shards`` and ``file_bytes``.
+
+        ``held_bytes`` is the memory the file holds (its reserved pages, the
+        file header included): a cache file is sparse and its shards reserve
+        space as they fill, so this follows what is stored, up to
+        ``file_bytes``.
+        """
+    def shard_stats(self) -> list[dict[str, int]]:
+        """Counters of each shard (``held_bytes``: that shard's reserved pages)."""
     def check(self) -> dict[str, int]:
         """Walk every shard under its lock and verify every invariant.
 
         Returns counts (shards, entries, live_bytes); raises CorruptFileError
         describing the first violation (or a file resized by someone else).
         """
-    def shard_of(self, key: Key) -> int:
+    def shard_of(self, key: _Key) -> int:
         """Index of the shard that holds ``key``."""
-    def _debug_hold_shard_mid_write(self, key: Key, seconds: float) -> None:
+    def _debug_hold_shard_mid_write(self, key: _Key, seconds: float) -> None:
         """Test hook: lock key's shard, leave it half-written, sleep (GIL released)."""
     def flush(self) -> None:
         """msync the mapping (for caches on a persistent file system)."""

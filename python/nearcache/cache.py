@@ -39,8 +39,15 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar, cast, overload
 
 from nearcache import _native
-from nearcache.errors import CacheClosedError, ConfigurationError
-from nearcache.keys import Key, decode_key, encode_key, encode_prefix, native_key
+from nearcache.errors import CacheClosedError, CacheNotFoundError, ConfigurationError
+from nearcache.keys import (
+    Key,
+    check_key_collection,
+    decode_key,
+    encode_key,
+    encode_prefix,
+    native_key,
+)
 from nearcache.serializers import (
     Compressor,
     EntryRejected,
@@ -54,6 +61,7 @@ from nearcache.units import (
     Size,
     expire_at_to_ms,
     format_size,
+    parse_duration,
     parse_size,
     ttl_to_ms,
 )
@@ -61,6 +69,7 @@ from nearcache.units import (
 if TYPE_CHECKING:
     from nearcache.locks import Lock
     from nearcache.memoize import MemoizeDecorator
+    from nearcache.tags import TagsArg
 
 __all__ = ["DEFAULT_SIZE", "Cache", "SignedCache", "default_directory"]
 
@@ -136,7 +145,19 @@ def default_directory() -> str:
     if override:
         os.makedirs(override, mode=0o700, exist_ok=True)
         return override
-    return _native.default_directory()
+    # The engine's checks (a plain 0700 directory of this user) run once per
+    # effective user: opening per request must not pay four system calls
+    # for them each time. Every open still checks the directory it opens
+    # in, and creates it again if it was removed.
+    euid = os.geteuid()
+    directory = _DEFAULT_DIRECTORIES.get(euid)
+    if directory is None:
+        directory = _DEFAULT_DIRECTORIES[euid] = _native.default_directory()
+    return directory
+
+
+#: default_directory() per effective uid, checked once.
+_DEFAULT_DIRECTORIES: dict[int, str] = {}
 
 
 def _check_name(name: str) -> str:
@@ -167,7 +188,9 @@ class Cache:
 
     ``size``
         File size, an ``int`` or a string such as ``"64MiB"`` or ``"1G"``
-        (:func:`nearcache.units.parse_size`).  ``None`` (default) opens an
+        (:func:`nearcache.units.parse_size`): single letters and ``MiB``
+        are binary (``"64M"`` is 67,108,864 bytes), ``MB`` is decimal
+        (``"64MB"`` is 64,000,000 bytes).  ``None`` (default) opens an
         existing file with whatever size it has and otherwise creates one of
         :data:`DEFAULT_SIZE` (64 MiB).  An explicit size that differs from
         the existing file's raises :class:`~nearcache.IncompatibleFileError`
@@ -199,6 +222,12 @@ class Cache:
         Passed to the engine: replace an incompatible file; accept a file
         owned by another user (only with ``signing_key`` or a non-pickle
         serializer, see the guide); fail instead of creating a missing file.
+    ``lock_timeout``, ``on_lock_timeout``
+        Longest wait for a shard lock that another live process holds
+        (stopped, traced, dumping core); default 50 ms.  Past it a read is a
+        miss, and a write raises :class:`~nearcache.errors.ShardLockTimeoutError`
+        (``on_lock_timeout="raise"``, the default) or is skipped, as if not
+        stored (``"skip"``).  Both are counted in ``stats()["lock_timeouts"]``.
 
     >>> with Cache("doc-cache", size="1MiB", ttl=300, prefix="app1:") as c:
     ...     c["answer"] = 42
@@ -227,6 +256,8 @@ class Cache:
         recreate: bool = False,
         allow_foreign_owner: bool = False,
         create: bool = True,
+        lock_timeout: Duration = 0.05,
+        on_lock_timeout: str = "raise",
     ) -> None:
         if name is not None and path is not None:
             raise ConfigurationError("pass a cache name or path=, not both")
@@ -242,8 +273,13 @@ class Cache:
             size_bytes = None if size is None else parse_size(size)
             default_ttl_ms = ttl_to_ms(ttl) or 0
             prefix_bytes = encode_prefix(prefix)
+            lock_timeout_ms = parse_duration(lock_timeout) * 1000.0
         except (TypeError, ValueError) as exc:
             raise ConfigurationError(str(exc)) from exc
+        if on_lock_timeout not in ("raise", "skip"):
+            raise ConfigurationError(
+                f"on_lock_timeout must be 'raise' or 'skip', got {on_lock_timeout!r}"
+            )
         if isinstance(shards, bool) or not isinstance(shards, int) or shards < 0:
             raise ConfigurationError(f"shards must be an int >= 0 (0 = automatic), got {shards!r}")
         self._codec = ValueCodec(
@@ -266,6 +302,8 @@ class Cache:
             "signing_key": signing_key,
             "prefix": prefix,
             "allow_foreign_owner": allow_foreign_owner,
+            "lock_timeout": lock_timeout,
+            "on_lock_timeout": on_lock_timeout,
         }
         self._counters = _DecodeCounters()
         self._native = self._open(
@@ -277,6 +315,8 @@ class Cache:
             recreate=recreate,
             allow_foreign_owner=allow_foreign_owner,
             create=create,
+            lock_timeout_ms=lock_timeout_ms,
+            on_lock_timeout=on_lock_timeout,
             # Signed caches verify every entry themselves (SignedCache).
             decoder=None if self._codec.signed else _make_decoder(self._codec, self._counters),
         )
@@ -317,9 +357,12 @@ class Cache:
         if size is not None:
             return _native.NativeCache(path, size, shards, **options)
         create = options.pop("create")
-        if create and not os.path.exists(path):
-            return _native.NativeCache(path, DEFAULT_SIZE, shards, create=True, **options)
-        return _native.NativeCache(path, 0, shards, create=False, **options)
+        try:  # the file usually exists: one call, no separate stat
+            return _native.NativeCache(path, 0, shards, create=False, **options)
+        except CacheNotFoundError:
+            if not create:
+                raise
+        return _native.NativeCache(path, DEFAULT_SIZE, shards, create=True, **options)
 
     # ------------------------------------------------------------------ properties
 
@@ -420,7 +463,8 @@ class Cache:
     def get_many(self, keys: Iterable[Key]) -> dict[Key, Any]:
         """Return ``{key: value}`` for the keys that hit (misses are left out).
 
-        Takes each shard's lock once.
+        Takes each shard's lock once.  A bare ``str``/``bytes`` raises
+        :class:`~nearcache.KeyTypeError` (a ``TypeError``): pass a list of keys.
 
         >>> c = Cache("doc-many", size="1MiB")
         >>> c.set_many({"a": 1, "b": [2]})
@@ -547,13 +591,14 @@ class Cache:
         rejects leaves the cache unchanged.
         """
         ttl_ms = _ttl_ms(ttl, expire_at)
+        check_key_collection(mapping)
         pairs = mapping.items() if isinstance(mapping, Mapping) else mapping
         if ttl_ms == -1:
             self.delete_many([key for key, _ in pairs])
             return
         encode = self._codec.encode
         signed_key = self._signed_key
-        items: list[tuple[bytes | str, bytes, int]] = []
+        items: list[tuple[Key, bytes, int]] = []
         for key, value in pairs:
             nkey = native_key(key)
             flags, payload = encode(value, signed_key(nkey))
@@ -608,7 +653,7 @@ class Cache:
     ) -> int:
         """Atomically add ``delta`` to a 64-bit counter and return the new value.
 
-        A missing key starts at ``default`` (``None``: raise :class:`KeyError`);
+        A missing key starts at ``default`` (``None``: raise ``KeyError(key)``);
         ``ttl`` applies to a counter created by this call.  An entry that is
         not an int raises :class:`~nearcache.NotACounterError`; overflowing
         64 bits raises :class:`~nearcache.CounterOverflowError` and leaves the
@@ -618,7 +663,10 @@ class Cache:
         """
         if isinstance(delta, bool) or not isinstance(delta, int):
             raise TypeError(f"delta must be an int, not {type(delta).__name__}")
-        return self._native.incr(native_key(key), delta, default, ttl_to_ms(ttl))
+        try:
+            return self._native.incr(native_key(key), delta, default, ttl_to_ms(ttl))
+        except KeyError:
+            raise KeyError(key) from None  # the engine's error does not name the key
 
     def decr(
         self,
@@ -661,7 +709,12 @@ class Cache:
         return self._pop_typed(key, default)
 
     def delete_many(self, keys: Iterable[Key]) -> int:
-        """Remove several keys; return how many were present."""
+        """Remove several keys; return how many were present.
+
+        A bare ``str``/``bytes`` raises :class:`~nearcache.KeyTypeError`
+        (a ``TypeError``): pass a list of keys.
+        """
+        check_key_collection(keys)
         native_keys = [native_key(k) for k in keys]
         return self._native.delete_many(native_keys) if native_keys else 0
 
@@ -756,14 +809,20 @@ class Cache:
         self,
         ttl: Duration | None = None,
         *,
+        tags: TagsArg | None = None,
         key: Callable[..., object] | None = None,
         name: str | None = None,
         ignore: Iterable[str] = (),
         stale_ttl: Duration = 0,
         beta: float = 0.0,
         lock_ttl: Duration = 60.0,
+        background: bool = False,
+        ttl_jitter: float = 0.0,
     ) -> MemoizeDecorator:
         """Decorator caching a function's results; see :func:`nearcache.memoize.memoize`.
+
+        With ``tags=``, :meth:`nearcache.tags.Tagged.memoize` over this cache:
+        ``Tagged(cache).invalidate_tags([...])`` drops the calls carrying them.
 
         >>> c = Cache("doc-memo", size="1MiB")
         >>> @c.memoize(ttl=60)
@@ -777,18 +836,23 @@ class Cache:
         True
         >>> c.clear()
         """
+        options: dict[str, Any] = {
+            "key": key,
+            "name": name,
+            "ignore": ignore,
+            "stale_ttl": stale_ttl,
+            "beta": beta,
+            "lock_ttl": lock_ttl,
+            "background": background,
+            "ttl_jitter": ttl_jitter,
+        }
+        if tags is not None:
+            from nearcache.tags import Tagged
+
+            return Tagged(self).memoize(ttl, tags=tags, **options)
         from nearcache.memoize import memoize
 
-        return memoize(
-            self,
-            ttl,
-            key=key,
-            name=name,
-            ignore=ignore,
-            stale_ttl=stale_ttl,
-            beta=beta,
-            lock_ttl=lock_ttl,
-        )
+        return memoize(self, ttl, **options)
 
     def lock(
         self,
@@ -808,7 +872,7 @@ class Cache:
 
     # ----------------------------------------------------------------- internals
 
-    def _signed_key(self, nkey: str | bytes) -> bytes:
+    def _signed_key(self, nkey: Key) -> bytes:
         """The bytes a signature binds to (unused when not signing)."""
         return b""
 
@@ -848,6 +912,7 @@ class SignedCache(Cache):
         return self._decode_signed(nkey, entry[1], entry[0], default)
 
     def get_many(self, keys: Iterable[Key]) -> dict[Key, Any]:
+        check_key_collection(keys)
         keys = list(keys)
         native_keys = [native_key(k) for k in keys]
         entries = self._native.get_many(native_keys) if keys else []
@@ -860,7 +925,7 @@ class SignedCache(Cache):
                 found[key] = value
         return found
 
-    def _decode_signed(self, nkey: str | bytes, flags: int, payload: bytes, default: Any) -> Any:
+    def _decode_signed(self, nkey: Key, flags: int, payload: bytes, default: Any) -> Any:
         try:
             return self._codec.decode(flags, payload, self._signed_key(nkey))
         except SignatureError:
@@ -869,7 +934,7 @@ class SignedCache(Cache):
             self._counters.decode_errors += 1
         return default
 
-    def _signed_key(self, nkey: str | bytes) -> bytes:
+    def _signed_key(self, nkey: Key) -> bytes:
         return self._prefix + encode_key(nkey)
 
 

@@ -7,13 +7,14 @@
                     [--backends NAME,...] [--exclude NAME,...]
     nearcache bench --list              workloads and backends, and why some would be skipped
     nearcache bench --load FILE         re-render a saved JSON result (tables, --markdown, --plot)
-    nearcache stats NAME|PATH [--json]  a cache's counters
+    nearcache stats NAME|PATH [--json|--prometheus]  a cache's counters
     nearcache clear NAME|PATH           remove every entry of a cache
     nearcache info NAME|PATH [--check]  a cache file's geometry (and a consistency check)
     nearcache torture [--duration S] [--workers N] [--json]   kill-and-verify torture test
 
-``NAME`` is a cache name under the default directory (``/dev/shm/nearcache-<uid>``),
-as in ``Cache("name")``; anything containing a ``/`` is a path.
+``NAME`` is a cache name under the default directory (``$NEARCACHE_DIR``, else
+``/dev/shm/nearcache-<uid>``), as in ``Cache("name")``; anything containing a
+``/`` is a path.
 """
 
 from __future__ import annotations
@@ -94,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     stats = sub.add_parser("stats", help="print a cache's counters")
     stats.add_argument("name", metavar="NAME|PATH")
     stats.add_argument("--json", action="store_true", help="print JSON")
+    stats.add_argument("--prometheus", action="store_true", help="print the Prometheus text format")
 
     clear = sub.add_parser("clear", help="remove every entry of a cache")
     clear.add_argument("name", metavar="NAME|PATH")
@@ -105,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     # Options are parsed by nearcache.torture.main (see main() below).
     sub.add_parser("torture", help="multi-process torture test with random kills (see --help)")
+    sub.add_parser("tiered-faults", help="fault test of the tiered cache over local Redis")
     return parser
 
 
@@ -115,6 +118,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .torture import main as torture_main
 
         return torture_main(args_list[1:])
+    if args_list[:1] == ["tiered-faults"]:
+        from .tiered.faults import main as faults_main
+
+        return faults_main(args_list[1:])
     args = build_parser().parse_args(args_list)
     try:
         if args.command == "bench":
@@ -225,9 +232,17 @@ def _bench(args: argparse.Namespace, argv: list[str]) -> int:
 
 
 def _resolve(name: str) -> str:
-    """A cache name (under the default directory) or a path, as a path."""
+    """A cache name or a path, as a path: exactly as ``Cache(name)`` resolves it
+    (a name lives in :func:`nearcache.cache.default_directory`, which honours
+    ``$NEARCACHE_DIR``)."""
     if os.sep in name or name.startswith("."):
         return name
+    from .cache import DIRECTORY_ENV, _check_name
+
+    _check_name(name)
+    override = os.environ.get(DIRECTORY_ENV)
+    if override:
+        return os.path.join(override, name)  # read-only commands create no directory
     from ._native import default_directory
 
     return os.path.join(default_directory(), name)
@@ -269,7 +284,12 @@ def _stats(args: argparse.Namespace) -> int:
         stats = {"entries": len(cache), **stats}
     finally:
         cache.close()
-    if args.json:
+    if args.prometheus:
+        from .metrics import format_prometheus, samples
+
+        name = os.path.basename(os.path.normpath(args.name))
+        print(format_prometheus(samples({name: stats})), end="")
+    elif args.json:
         print(json.dumps(stats, indent=1, sort_keys=True))
     else:
         _print_mapping(f"nearcache stats: {_resolve(args.name)}", stats)

@@ -10,6 +10,8 @@ URL                                                         cache
 ``nearcache:///var/cache/myapp.cache?size=1GiB``            ... at a path (three slashes)
 ``memory://?max_entries=10000&max_bytes=64MiB``             a bounded dict in this process
 ``redis://:password@host:6379/0?prefix=myapp:&timeout=0.5``  Redis (``rediss://`` TLS, ``unix://``)
+``redis+cluster://host1:6379,host2:6379?prefix=myapp:``      Redis Cluster (seed nodes)
+``redis+sentinel://host1:26379,host2:26379/mymaster/0``      Redis behind Sentinel (service, db)
 ``memcached://host1:11211,host2:11211?prefix=myapp:``        memcached (``memcached:///path.sock``)
 ``null://``                                                 no caching at all
 ==========================================================  =====================================
@@ -29,11 +31,15 @@ memory/null, ``compress`` and ``compress_threshold``.  Driver-specific ones:
   ``max_connections``, ``retries``, ``health_check_interval``,
   ``signing_key``; any other parameter (``db``, ``ssl_cert_reqs``...) is
   left in the URL for redis-py;
+* redis+cluster: as redis (``retries`` defaults to 1), plus ``password``,
+  ``username``;
+* redis+sentinel: as redis, plus ``password``, ``username`` (the data
+  servers'), ``sentinel_password``, ``db`` (also the path's second part);
 * memcached: ``prefix``, ``timeout``, ``connect_timeout``,
   ``max_pool_size``, ``max_value_size``, ``signing_key``;
 * tiered (keyword arguments of :func:`from_url`, or keys of the dict):
   ``l1_ttl``, ``invalidation``, ``channel``, ``on_get_error``,
-  ``on_set_error``, ``ready_timeout``.
+  ``on_set_error``, ``ready_timeout``, ``circuit_breaker``.
 
 Unknown parameters raise :class:`~nearcache.errors.ConfigurationError`, so
 a typo never passes silently.  Keyword arguments to :func:`from_url`
@@ -61,6 +67,8 @@ arguments (``ttl`` may stand for ``default_ttl``).  ``l1`` and ``l2`` imply
 
 from __future__ import annotations
 
+import difflib
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
@@ -72,7 +80,15 @@ from nearcache.units import parse_duration, parse_size
 __all__ = ["from_dict", "from_url"]
 
 _TIERED_OPTIONS = frozenset(
-    {"l1_ttl", "invalidation", "channel", "on_get_error", "on_set_error", "ready_timeout"}
+    {
+        "l1_ttl",
+        "invalidation",
+        "channel",
+        "on_get_error",
+        "on_set_error",
+        "ready_timeout",
+        "circuit_breaker",
+    }
 )
 
 
@@ -153,6 +169,33 @@ _PARAMETERS: dict[str, _Converters] = {
         "health_check_interval": _to_int,
         "client": _keep,
     },
+    "redis-cluster": {
+        **_COMMON,
+        **_STORE,
+        "nodes": _keep,
+        "socket_timeout": _to_float,
+        "connect_timeout": _to_float,
+        "max_connections": _to_optional_int,
+        "retries": _to_int,
+        "health_check_interval": _to_int,
+        "password": _keep,
+        "username": _keep,
+    },
+    "redis-sentinel": {
+        **_COMMON,
+        **_STORE,
+        "sentinels": _keep,
+        "service": _keep,
+        "db": _to_int,
+        "password": _keep,
+        "username": _keep,
+        "sentinel_password": _keep,
+        "socket_timeout": _to_float,
+        "connect_timeout": _to_float,
+        "max_connections": _to_optional_int,
+        "retries": _to_int,
+        "health_check_interval": _to_int,
+    },
     "memcached": {
         **_COMMON,
         **_STORE,
@@ -174,6 +217,10 @@ _DRIVER_NAMES = {
     "valkey": "redis",
     "valkeys": "redis",
     "unix": "redis",
+    "redis+cluster": "redis-cluster",
+    "redis-cluster": "redis-cluster",
+    "redis+sentinel": "redis-sentinel",
+    "redis-sentinel": "redis-sentinel",
     "memcached": "memcached",
     "memcache": "memcached",
     "null": "null",
@@ -187,16 +234,34 @@ def _options(driver: str, raw: Mapping[str, Any], origin: str) -> dict[str, Any]
     options: dict[str, Any] = {}
     for name, value in raw.items():
         key = _ALIASES.get(name, name)
-        if driver == "redis" and key == "timeout":
+        if driver.startswith("redis") and key == "timeout":
             key = "socket_timeout"
         if key not in allowed:
-            known = ", ".join(sorted(set(allowed) | {"ttl"}))
-            raise ConfigurationError(f"{origin}: unknown option {name!r} for {driver} ({known})")
+            raise ConfigurationError(_unknown_option(origin, name, driver))
         try:
             options[key] = allowed[key](value)
         except (TypeError, ValueError) as exc:
             raise ConfigurationError(f"{origin}: bad value for {name!r}: {exc}") from exc
     return options
+
+
+def _known_options(driver: str) -> list[str]:
+    """The option names a driver takes in a URL or dict, as users write them."""
+    names = (set(_PARAMETERS[driver]) | {"ttl"}) - {"client", "servers", "default_ttl"}
+    if driver == "redis":
+        names = (names - {"socket_timeout"}) | {"timeout", "prefix"}
+    return sorted(names)
+
+
+def _unknown_option(origin: str, name: str, driver: str, passed_on: str = "") -> str:
+    """The message for an unknown option: the closest known name, then all of them."""
+    known = _known_options(driver)
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return (
+        f"{origin}: unknown option {name!r} for {driver}{hint}; "
+        f"nearcache's {driver} options are {', '.join(known)}{passed_on}"
+    )
 
 
 def _make(driver: str, options: dict[str, Any], origin: str = "configuration") -> Driver:
@@ -224,6 +289,14 @@ def _instantiate(driver: str, options: dict[str, Any]) -> Driver:
         from nearcache.drivers.redis import RedisDriver
 
         return RedisDriver(**options)
+    if driver == "redis-cluster":
+        from nearcache.drivers.redis import RedisClusterDriver
+
+        return RedisClusterDriver(**options)
+    if driver == "redis-sentinel":
+        from nearcache.drivers.redis import RedisSentinelDriver
+
+        return RedisSentinelDriver(**options)
     if driver == "memcached":
         from nearcache.drivers.memcached import MemcachedDriver
 
@@ -268,7 +341,8 @@ def _from_one_url(url: str, overrides: Mapping[str, Any]) -> Driver:
     if driver is None or driver == "tiered":
         raise ConfigurationError(
             f"unknown cache URL scheme {parts.scheme!r} in {_redact(url)!r}; use nearcache://, "
-            "memory://, redis://, rediss://, unix://, memcached:// or null://"
+            "memory://, redis://, rediss://, unix://, redis+cluster://, redis+sentinel://, "
+            "memcached:// or null://"
         )
     query = dict(parse_qsl(parts.query, keep_blank_values=True))
     origin = _redact(url)
@@ -300,6 +374,18 @@ def _from_one_url(url: str, overrides: Mapping[str, Any]) -> Driver:
             options.setdefault("path", unquote(parts.path))
         elif parts.netloc:
             options.setdefault("name", unquote(parts.netloc))
+    elif driver == "redis-cluster":
+        _userinfo(parts.netloc, options)
+        options.setdefault("nodes", _hosts(parts.netloc, origin))
+    elif driver == "redis-sentinel":
+        _userinfo(parts.netloc, options)
+        options.setdefault("sentinels", _hosts(parts.netloc, origin))
+        path = [unquote(part) for part in parts.path.split("/") if part]
+        if not path or len(path) > 2:
+            raise ConfigurationError(f"{origin}: expected redis+sentinel://HOSTS/SERVICE[/DB]")
+        options.setdefault("service", path[0])
+        if len(path) == 2:
+            options.setdefault("db", _options(driver, {"db": path[1]}, origin)["db"])
     elif driver == "memcached":
         if parts.netloc:
             servers = [server for server in unquote(parts.netloc).split(",") if server]
@@ -311,6 +397,26 @@ def _from_one_url(url: str, overrides: Mapping[str, Any]) -> Driver:
     return _make(driver, options, origin)
 
 
+def _userinfo(netloc: str, options: dict[str, Any]) -> None:
+    """``user:password@`` of a URL's network location into ``options``."""
+    creds, at, _ = netloc.rpartition("@")
+    if not at:
+        return
+    user, colon, password = creds.partition(":")
+    if user:
+        options.setdefault("username", unquote(user))
+    if colon:
+        options.setdefault("password", unquote(password))
+
+
+def _hosts(netloc: str, origin: str) -> list[str]:
+    """The ``host:port`` list of a multi-host URL (``h1:p1,h2:p2``)."""
+    hosts = [host for host in netloc.rpartition("@")[2].split(",") if host]
+    if not hosts:
+        raise ConfigurationError(f"{origin}: no host:port given")
+    return hosts
+
+
 def _check_redis_options(driver: Driver, origin: str) -> None:
     """Make (without connecting) one connection, so redis-py rejects unknown parameters now."""
     pool = driver.client.connection_pool  # type: ignore[attr-defined]
@@ -318,7 +424,17 @@ def _check_redis_options(driver: Driver, origin: str) -> None:
         pool.connection_class(**pool.connection_kwargs)
     except TypeError as exc:
         driver.close()
-        raise ConfigurationError(f"{origin}: {exc}") from None
+        unknown = re.search(r"unexpected keyword argument '([^']+)'", str(exc))
+        if unknown is None:
+            raise ConfigurationError(f"{origin}: {exc}") from None
+        raise ConfigurationError(
+            _unknown_option(
+                origin,
+                unknown.group(1),
+                "redis",
+                "; other parameters go to redis-py, which does not take it either",
+            )
+        ) from None
 
 
 def from_dict(config: Mapping[str, Any]) -> Driver:

@@ -19,6 +19,8 @@ code written for those keeps working::
     ├── PermissionDeniedError     (PermissionError) foreign owner, symlink, bad mode
     ├── CacheFullError            the file system has no room for the cache file
     ├── CacheOSError              (OSError) a system call on the cache file failed
+    │   └── CacheNotFoundError    (FileNotFoundError) no cache file (create=False)
+    ├── ShardLockTimeoutError     (TimeoutError) a write waited too long for a shard lock
     ├── BackendError              a remote store (Redis, memcached) failed or timed out
     └── LockError                 base of the lock helper's errors
         ├── LockTimeoutError      (TimeoutError) the lock was not acquired in time
@@ -45,6 +47,7 @@ from __future__ import annotations
 from nearcache._native import (
     CacheClosedError,
     CacheFullError,
+    CacheNotFoundError,
     CacheOSError,
     CorruptFileError,
     CounterOverflowError,
@@ -55,6 +58,7 @@ from nearcache._native import (
     KeyTypeError,
     NotACounterError,
     PermissionDeniedError,
+    ShardLockTimeoutError,
     ValueTooLargeError,
 )
 
@@ -62,6 +66,7 @@ __all__ = [
     "BackendError",
     "CacheClosedError",
     "CacheFullError",
+    "CacheNotFoundError",
     "CacheOSError",
     "ConfigurationError",
     "CorruptFileError",
@@ -78,6 +83,7 @@ __all__ = [
     "NotACounterError",
     "PermissionDeniedError",
     "SerializationError",
+    "ShardLockTimeoutError",
     "ValueTooLargeError",
 ]
 

@@ -46,6 +46,7 @@ from nearcache.units import Duration, parse_duration
 
 if TYPE_CHECKING:
     from nearcache.cache import Cache
+    from nearcache.drivers.base import Driver
 
 __all__ = ["LOCK_NAMESPACE", "Lock"]
 
@@ -78,7 +79,7 @@ class Lock:
 
     def __init__(
         self,
-        cache: Cache,
+        cache: Cache | Driver,
         name: str,
         *,
         timeout: float | timedelta | None = None,
@@ -172,13 +173,19 @@ class Lock:
         held by this object any more (expired, taken over, never acquired)."""
         token = self._check_owner()
         self._token = None
-        if not self.cache.codec.signed:
+        from nearcache.cache import Cache
+
+        cache = self.cache
+        if not isinstance(cache, Cache):
+            # A driver: atomic where the store can (Redis), else check-then-delete.
+            released = cache.delete_if_equals(self.key, token)
+        elif not cache.codec.signed:
             # Atomic compare-and-delete: the token is stored as raw bytes.
-            released = self.cache.native.delete_if_equals(self.key, token)
-        elif self.cache.get(self.key) == token:
+            released = cache.native.delete_if_equals(self.key, token)
+        elif cache.get(self.key) == token:
             # Signed entries are not raw bytes: check, then delete (a lock
             # that expires between the two is the only window).
-            released = self.cache.delete(self.key)
+            released = cache.delete(self.key)
         else:
             released = False
         if not released:

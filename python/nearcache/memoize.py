@@ -26,6 +26,39 @@ seeds):
   Give such functions ``key=`` (a function of the same arguments returning
   an encodable value) or ``ignore=`` (argument names left out of the key).
 
+Methods
+=======
+
+A method's key is built from ``self`` like any other argument, and ``self``
+is almost never encodable as it should be: pickling it would put its whole
+state in the key (a method that does ``self.calls += 1`` would never hit) and
+fails for objects holding locks or connections.  So a memoized function whose
+first parameter is ``self`` needs one of:
+
+* a ``__cache_key__()`` method on the class, returning what identifies the
+  instance (a database id, a URL...): entries are per identity, shared by
+  equal instances across processes;
+* ``key=`` (a function of the same arguments), or ``ignore=("self",)`` to
+  share entries between all instances of the class.
+
+Without one, defining the class fails at once (``TypeError``, wrapped in a
+``RuntimeError`` by Python < 3.12), naming the class and the three ways out.
+Helpers bind to the instance like the method: ``obj.load.invalidate(1)``
+drops ``obj.load(1)``'s entry (``Class.load.invalidate(obj, 1)`` too).
+
+Any callable can be memoized: a ``functools.partial`` is named after the
+function it wraps plus a digest of its bound arguments (two partials of one
+function never share entries), a callable object after its class (give it
+``name=`` when instances must not share entries).
+
+Results that cannot be stored
+=============================
+
+A result the serializer rejects, or one larger than the cache accepts, is
+returned to the caller but not cached: the failure is logged (logger
+``nearcache.memoize``, naming the function and the result's type) and
+counted in ``f.memo.store_failures``; the next call computes again.
+
 Stampedes
 =========
 
@@ -37,7 +70,10 @@ that long.  Two options avoid waiting altogether:
 
 * ``stale_ttl``: an entry stays in the cache that much longer than ``ttl``;
   once past ``ttl`` one caller recomputes it while the others immediately
-  get the stale value.
+  get the stale value.  With ``background=True`` that caller too gets the
+  stale value at once, and the recomputation runs in a daemon thread (a task
+  on the running event loop for ``async def`` functions); a refresh that
+  raises is logged and leaves the stale value in place.
 * ``beta`` (XFetch, Vattani et al., VLDB 2015): each caller may decide to
   recompute *before* expiry, with a probability that grows as expiry nears
   and with the time the computation took (``delta``): it recomputes when
@@ -45,8 +81,16 @@ that long.  Two options avoid waiting altogether:
   paper's recommendation; ``0`` (default) disables it.  Others keep getting
   the current value meanwhile.
 
+``ttl_jitter`` (CHI's ``expires_variance``), a fraction in ``[0, 1)``,
+shortens each stored result's TTL by a random part of up to that fraction,
+so results computed together (a warm-up, a deploy) do not all expire in the
+same second; it never lengthens a TTL.
+
 Entries store ``(value, delta, logical expiry)`` through the cache's
 serializer; results are not cached when the function raises.
+
+The cache may be a :class:`~nearcache.Cache`, any driver
+(:mod:`nearcache.drivers`) or a tiered cache: they all have ``memoize``.
 
 >>> from nearcache import Cache
 >>> cache = Cache("memo-demo", size="1MiB")
@@ -80,17 +124,20 @@ import math
 import pathlib
 import pickle
 import random
+import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar, cast
 
-from nearcache.errors import ConfigurationError, ValueTooLargeError
+from nearcache.errors import ConfigurationError, SerializationError, ValueTooLargeError
 from nearcache.locks import Lock
-from nearcache.units import Duration, parse_duration, ttl_to_ms
+from nearcache.units import Duration, jittered_ttl, parse_duration, ttl_to_ms
 
 if TYPE_CHECKING:
     from nearcache.cache import Cache
+    from nearcache.drivers.base import Driver
+    from nearcache.tags import TagsArg
 
 __all__ = [
     "MEMOIZE_NAMESPACE",
@@ -289,8 +336,8 @@ class _Binder:
 class Memoized(Protocol[R_co]):
     """What ``@cache.memoize()`` returns: the function, plus helpers.
 
-    For a method, pass ``self`` explicitly to the helpers:
-    ``Class.method.invalidate(obj, x)`` or ``obj.method.invalidate(obj, x)``.
+    For a method, the helpers bind like the method does:
+    ``obj.method.invalidate(x)``, or ``Class.method.invalidate(obj, x)``.
     """
 
     @property
@@ -330,7 +377,7 @@ class _Memo(Generic[R]):
 
     def __init__(
         self,
-        cache: Cache,
+        cache: Cache | Driver,
         func: Callable[..., Any],
         *,
         ttl: Duration | None,
@@ -340,15 +387,35 @@ class _Memo(Generic[R]):
         stale_ttl: Duration,
         beta: float,
         lock_ttl: Duration,
+        background: bool = False,
+        ttl_jitter: float = 0.0,
+        tags: TagsArg | None = None,
+        generations: Callable[[list[str]], dict[str, int]] | None = None,
     ) -> None:
+        from nearcache.tags import check_tags
+
         self.cache = cache
         self.func = func
-        self.name = name or f"{func.__module__}.{func.__qualname__}"
+        #: ``tags=`` (names, or a function of the call's arguments), checked.
+        self.tags = tags
+        self._static_tags = None if tags is None or callable(tags) else check_tags(tags)
+        #: Reads the tags' current generations (sync memoize; the async one awaits its own).
+        self._generations = generations
+        self.name = name or _callable_name(func)
         self.prefix = f"{MEMOIZE_NAMESPACE}{self.name}:"
         self.key_func = key
-        self.binder = None if key is not None else _Binder(func, ignore)
         if key is not None and ignore:
             raise ConfigurationError("pass key= or ignore=, not both")
+        self.binder = None if key is not None else _Binder(func, ignore)
+        #: Results computed but not cached (serializer refused, too large).
+        self.store_failures = 0
+        self.background = bool(background)
+        if isinstance(ttl_jitter, bool) or not isinstance(ttl_jitter, (int, float)):
+            raise ConfigurationError(f"ttl_jitter must be a number in [0, 1), got {ttl_jitter!r}")
+        if not 0 <= ttl_jitter < 1:
+            raise ConfigurationError(f"ttl_jitter must be in [0, 1), got {ttl_jitter!r}")
+        self.ttl_jitter = float(ttl_jitter)
+        self._tasks: set[asyncio.Task[None]] = set()
         ttl_ms = ttl_to_ms(ttl)
         if ttl_ms is None:
             default = cache.default_ttl
@@ -364,7 +431,8 @@ class _Memo(Generic[R]):
         if self.lock_ttl <= 0:
             raise ConfigurationError("lock_ttl must be positive")
 
-    def key(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    def base_key(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        """The call's key without its tags' generations."""
         if self.key_func is not None:
             material: object = self.key_func(*args, **kwargs)
         else:
@@ -373,9 +441,36 @@ class _Memo(Generic[R]):
         digest = hashlib.blake2b(canonical_bytes(material), digest_size=16).hexdigest()
         return self.prefix + digest
 
+    def tag_names(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:
+        """The call's tags (``[]`` without ``tags=``)."""
+        if self._static_tags is not None:
+            return self._static_tags
+        if self.tags is None:
+            return []
+        from nearcache.tags import check_tags
+
+        return check_tags(self.tags(*args, **kwargs))  # type: ignore[operator]
+
+    def key(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        """The call's key: with ``tags=``, its tags' current generations are part
+        of it (read before the function runs; see :mod:`nearcache.tags`)."""
+        key = self.base_key(args, kwargs)
+        if self._generations is not None:
+            names = self.tag_names(args, kwargs)
+            if names:
+                from nearcache.tags import suffix
+
+                key += suffix(self._generations(names))
+        return key
+
     def read(self, key: str) -> tuple[int, Any, float]:
         """(state, value, logical expiry or 0.0) of the entry under ``key``."""
-        envelope: Any = self.cache.get(key, _MISS)
+        return self.classify(self.cache.get(key, _MISS))
+
+    def classify(self, envelope: Any) -> tuple[int, Any, float]:
+        """(state, value, logical expiry or 0.0) of a stored envelope (``_MISS``:
+        none): the one decision between fresh, early (XFetch), stale and
+        absent, for the sync and the async memoize."""
         if envelope is _MISS:
             return _ABSENT, None, 0.0
         try:
@@ -395,24 +490,86 @@ class _Memo(Generic[R]):
 
     def refreshed_since(self, key: str, old_expires: float) -> tuple[bool, Any]:
         """After taking the lock: did someone else store a newer result meanwhile?"""
-        state, value, expires = self.read(key)
+        return self.newer(self.read(key), old_expires)
+
+    @staticmethod
+    def newer(read: tuple[int, Any, float], old_expires: float) -> tuple[bool, Any]:
+        """``(True, value)`` if ``read`` (a :meth:`classify` result) is a live
+        entry newer than the one that expired at ``old_expires`` (``0.0``:
+        there was none)."""
+        state, value, expires = read
         if state in (_ABSENT, _STALE):
             return False, None
         if old_expires and expires <= old_expires:
             return False, None  # the same entry we decided to refresh
         return True, value
 
-    def store(self, key: str, value: Any, delta: float) -> None:
-        ttl = self.ttl
+    def stored_form(self, value: Any, delta: float) -> tuple[tuple[Any, float, float], float]:
+        """``(envelope, physical TTL)`` of a result that took ``delta`` seconds:
+        the TTL jittered, the envelope's logical expiry, ``stale_ttl`` added."""
+        ttl = jittered_ttl(self.ttl, self.ttl_jitter) if self.ttl_jitter else self.ttl
         expires = time.time() + ttl if ttl else 0.0
         physical = ttl + self.stale if ttl else 0
+        return (value, delta, expires), physical
+
+    def store(self, key: str, value: Any, delta: float) -> None:
+        envelope, physical = self.stored_form(value, delta)
         try:
-            self.cache.set(key, (value, delta, expires), ttl=physical)
-        except ValueTooLargeError as exc:
-            logger.warning("not caching the result of %s: %s", self.name, exc)
+            self.cache.set(key, envelope, ttl=physical)
+        except (SerializationError, ValueTooLargeError) as exc:
+            self.store_failed(value, exc)
+
+    def store_failed(self, value: Any, exc: SerializationError | ValueTooLargeError) -> None:
+        """A result the cache refused: the caller still gets it; the failure
+        is counted and logged, naming the result's type (not the envelope)."""
+        self.store_failures += 1
+        reason = exc.__cause__ if isinstance(exc, SerializationError) and exc.__cause__ else exc
+        logger.warning(
+            "not caching the result of %s: its %s value cannot be stored (%s: %s)",
+            self.name,
+            _qualified_type(value),
+            type(exc).__name__,
+            reason,
+        )
 
     def lock(self, key: str) -> Lock:
         return Lock(self.cache, key, timeout=0, expire=self.lock_ttl)
+
+
+def _qualified_type(value: object) -> str:
+    cls = type(value)
+    return (
+        cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    )
+
+
+def _callable_name(func: Callable[..., Any]) -> str:
+    """``module.qualname`` of any callable (partials and callable objects too)."""
+    if isinstance(func, functools.partial):
+        try:
+            bound = canonical_bytes((func.args, func.keywords))
+        except TypeError as exc:
+            raise TypeError(
+                f"cannot name a memoized functools.partial by its bound arguments ({exc}); "
+                "pass name="
+            ) from exc
+        digest = hashlib.blake2b(bound, digest_size=8).hexdigest()
+        return f"{_callable_name(func.func)}:partial-{digest}"
+    qualname = getattr(func, "__qualname__", None)
+    module = getattr(func, "__module__", None)
+    if not isinstance(qualname, str):  # a callable object: named after its class
+        qualname = type(func).__qualname__
+        module = type(func).__module__
+    return f"{module}.{qualname}"
+
+
+def _is_async(func: Callable[..., Any]) -> bool:
+    """Whether calling ``func`` returns a coroutine (async functions, partials
+    of them, objects with an ``async def __call__``)."""
+    if inspect.iscoroutinefunction(func):
+        return True
+    call = None if inspect.isfunction(func) else inspect.getattr_static(func, "__call__", None)
+    return call is not None and inspect.iscoroutinefunction(call)
 
 
 def _release(lock: Lock) -> None:
@@ -420,6 +577,52 @@ def _release(lock: Lock) -> None:
         lock.release()
     except Exception:  # expired meanwhile: nothing to free
         logger.debug("memoize lock %s expired before release", lock.name)
+
+
+def _refresh_sync(
+    memo: _Memo[Any],
+    key: str,
+    lock: Lock,
+    expires: float,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> None:
+    """Recompute and store one entry, then free its lock (a background thread)."""
+    try:
+        if memo.refreshed_since(key, expires)[0]:
+            return  # another process refreshed it between our read and our lock
+        start = time.monotonic()
+        result = memo.func(*args, **kwargs)
+        memo.store(key, result, time.monotonic() - start)
+    except Exception:
+        logger.warning(
+            "background refresh of %s failed; the stale value stays", memo.name, exc_info=True
+        )
+    finally:
+        _release(lock)
+
+
+async def _refresh_async(
+    memo: _Memo[Any],
+    key: str,
+    lock: Lock,
+    expires: float,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> None:
+    """Recompute and store one entry, then free its lock (a task on the loop)."""
+    try:
+        if memo.refreshed_since(key, expires)[0]:
+            return  # another process refreshed it between our read and our lock
+        start = time.monotonic()
+        result = await memo.func(*args, **kwargs)
+        memo.store(key, result, time.monotonic() - start)
+    except Exception:
+        logger.warning(
+            "background refresh of %s failed; the stale value stays", memo.name, exc_info=True
+        )
+    finally:
+        _release(lock)
 
 
 def _call_sync(memo: _Memo[R], args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
@@ -431,6 +634,15 @@ def _call_sync(memo: _Memo[R], args: tuple[Any, ...], kwargs: dict[str, Any]) ->
     delay = _FIRST_DELAY
     while True:
         if lock.acquire(blocking=False):
+            if memo.background and state != _ABSENT:
+                # Serve the stale value now; the lock passes to the thread.
+                threading.Thread(
+                    target=_refresh_sync,
+                    args=(memo, key, lock, expires, args, kwargs),
+                    name=f"nearcache-refresh:{memo.name}",
+                    daemon=True,
+                ).start()
+                return cast(R, value)
             try:
                 done, newer = memo.refreshed_since(key, expires if state != _ABSENT else 0.0)
                 if done:
@@ -459,6 +671,14 @@ async def _call_async(memo: _Memo[Any], args: tuple[Any, ...], kwargs: dict[str,
     delay = _FIRST_DELAY
     while True:
         if lock.acquire(blocking=False):
+            if memo.background and state != _ABSENT:
+                coro: Coroutine[Any, Any, None] = _refresh_async(
+                    memo, key, lock, expires, args, kwargs
+                )
+                task = asyncio.get_running_loop().create_task(coro)
+                memo._tasks.add(task)  # the loop keeps only a weak reference
+                task.add_done_callback(memo._tasks.discard)
+                return value
             try:
                 done, newer = memo.refreshed_since(key, expires if state != _ABSENT else 0.0)
                 if done:
@@ -479,21 +699,29 @@ async def _call_async(memo: _Memo[Any], args: tuple[Any, ...], kwargs: dict[str,
 
 
 def memoize(
-    cache: Cache,
+    cache: Cache | Driver,
     ttl: Duration | None = None,
     *,
+    tags: TagsArg | None = None,
     key: Callable[..., object] | None = None,
     name: str | None = None,
     ignore: Iterable[str] = (),
     stale_ttl: Duration = 0,
     beta: float = 0.0,
     lock_ttl: Duration = 60.0,
+    background: bool = False,
+    ttl_jitter: float = 0.0,
 ) -> MemoizeDecorator:
     """Return a decorator caching a function's results in ``cache``.
 
     ``ttl``
         Freshness of a result (``None``: the cache's default TTL; ``0``:
         forever).
+    ``tags``
+        Tag names, or a function of the call's arguments returning them:
+        ``invalidate_tags`` on any of them (:class:`nearcache.tags.Tagged`)
+        makes the call's entry a miss.  Their generations, read before the
+        function runs, are part of the key (:mod:`nearcache.tags`).
     ``key``
         A function of the same arguments returning the value that identifies
         the call (instead of all the arguments).
@@ -502,12 +730,16 @@ def memoize(
         would share a qualified name, or to share entries across renames.
     ``ignore``
         Names of arguments left out of the key (``"self"``, a logger...).
-    ``stale_ttl``, ``beta``, ``lock_ttl``
+    ``stale_ttl``, ``beta``, ``lock_ttl``, ``background``
         Stampede protection, see the module docs.
+    ``ttl_jitter``
+        A fraction in ``[0, 1)``: each result's TTL is shortened by a random
+        part of up to that fraction (see the module docs).
 
-    Works on functions, methods (``self`` is an argument like any other:
-    give the class ``__cache_key__``, or pass ``key=``/``ignore=``) and
-    ``async def`` functions (the wrapper is then a coroutine function).
+    Works on any callable: functions, methods (keyed by the instance's
+    ``__cache_key__()``, or give ``key=``/``ignore=``: see the module
+    docs), ``functools.partial`` objects, callable objects, and ``async
+    def`` functions (the wrapper is then a coroutine function).
 
     >>> import asyncio
     >>> from nearcache import Cache
@@ -523,7 +755,20 @@ def memoize(
     if callable(ttl) and not isinstance(ttl, (int, float, str)):
         raise TypeError("memoize takes options: write @cache.memoize() with parentheses")
 
+    if not callable(getattr(cache, "keys", None)) or not hasattr(cache, "add"):
+        raise TypeError(f"memoize needs a nearcache Cache or driver, not {type(cache).__name__}")
+
+    generations = None
+    if tags is not None:
+        from nearcache.tags import Tagged, check_tags
+
+        if not callable(tags):
+            check_tags(tags)  # a bare str fails here, at decoration time
+        generations = Tagged(cache).generations
+
     def decorator(func: Callable[..., Any]) -> Memoized[Any]:
+        if not callable(func):
+            raise TypeError(f"memoize decorates callables, not {type(func).__name__}")
         memo: _Memo[Any] = _Memo(
             cache,
             func,
@@ -534,9 +779,13 @@ def memoize(
             stale_ttl=stale_ttl,
             beta=beta,
             lock_ttl=lock_ttl,
+            background=background,
+            ttl_jitter=ttl_jitter,
+            tags=tags,
+            generations=generations,
         )
         wrapper: Callable[..., Any]
-        if inspect.iscoroutinefunction(func):
+        if _is_async(func):
 
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
                 return await _call_async(memo, args, kwargs)
@@ -567,6 +816,105 @@ def memoize(
         helpers.invalidate = invalidate
         helpers.invalidate_all = invalidate_all
         helpers.memo = memo
+        if _first_parameter(func) == "self":
+            return cast(Memoized[Any], _MemoizedMethod(wrapper, memo))
         return cast(Memoized[Any], wrapper)
 
     return cast(MemoizeDecorator, decorator)
+
+
+def _first_parameter(func: Callable[..., Any]) -> str | None:
+    try:
+        params = list(inspect.signature(func).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return params[0].name if params and params[0].kind in positional else None
+
+
+def check_method_class(memo: _Memo[Any], cls: type, attribute: str) -> None:
+    """The method rule, for the sync and the async memoize: a method keyed
+    with ``self`` needs ``cls.__cache_key__`` (else ``TypeError``)."""
+    binder = memo.binder
+    needs_key = binder is not None and "self" not in binder.ignore
+    if needs_key and not callable(getattr(cls, "__cache_key__", None)):
+        name = f"{cls.__qualname__}.{attribute}"
+        raise TypeError(
+            f"cannot memoize the method {name}: its key would include self, and "
+            f"{cls.__qualname__} has no __cache_key__() method. Define "
+            f"{cls.__qualname__}.__cache_key__() returning what identifies an instance "
+            "(entries are then per identity), pass key= (a function of the method's "
+            'arguments), or pass ignore=("self",) to share entries between all instances'
+        )
+
+
+def _attribute_name(func: Callable[..., Any]) -> str:
+    name = getattr(func, "__name__", None)
+    return name if isinstance(name, str) else _callable_name(func).rpartition(".")[2]
+
+
+class _BoundMemoized(functools.partial[Any]):
+    """A memoized method bound to an instance: calls and helpers take the
+    arguments after ``self`` (a partial, so ``inspect`` sees through it)."""
+
+    __slots__ = ()
+
+    @property
+    def __wrapped__(self) -> Callable[..., Any]:
+        wrapped: Callable[..., Any] = getattr(self.func, "__wrapped__")  # noqa: B009
+        return wrapped
+
+    @property
+    def memo(self) -> _Memo[Any]:
+        return cast(_Memo[Any], self.func.memo)  # type: ignore[attr-defined]
+
+    def cache_key(self, *args: Any, **kwargs: Any) -> str:
+        """The cache key of this call."""
+        return self.memo.key((*self.args, *args), kwargs)
+
+    def invalidate(self, *args: Any, **kwargs: Any) -> bool:
+        """Drop this call's entry; return whether there was one."""
+        return cast(bool, self.func.invalidate(*self.args, *args, **kwargs))  # type: ignore[attr-defined]
+
+    def invalidate_all(self) -> int:
+        """Drop every entry of this method (of every instance)."""
+        return cast(int, self.func.invalidate_all())  # type: ignore[attr-defined]
+
+
+class _MemoizedMethod:
+    """What ``memoize`` returns for a function whose first parameter is ``self``.
+
+    A descriptor: checked when its class is created (``__set_name__``: the
+    class needs ``__cache_key__`` unless ``key=``/``ignore=("self",)`` says
+    how to key), bound on attribute access (:class:`_BoundMemoized`).
+    """
+
+    def __init__(self, wrapper: Callable[..., Any], memo: _Memo[Any]) -> None:
+        self._wrapper = wrapper
+        self.memo = memo
+        self._owner: type | None = None
+        functools.update_wrapper(self, memo.func)
+        helpers: Any = wrapper
+        self.cache_key = helpers.cache_key
+        self.invalidate = helpers.invalidate
+        self.invalidate_all = helpers.invalidate_all
+
+    def _check_class(self, cls: type, attribute: str) -> None:
+        check_method_class(self.memo, cls, attribute)
+
+    def __set_name__(self, owner: type, attribute: str) -> None:
+        self._check_class(owner, attribute)
+        self._owner = owner
+
+    def __get__(self, instance: object, owner: type | None = None) -> Any:
+        if instance is None:
+            return self
+        if self._owner is None:  # not defined in a class body: check on use
+            self._check_class(type(instance), _attribute_name(self.memo.func))
+        return _BoundMemoized(self._wrapper, instance)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._wrapper(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<memoized method {self.memo.name}>"

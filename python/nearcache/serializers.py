@@ -116,6 +116,8 @@ NATIVE_MASK: Final = 0x0F
 RESERVED_MASK: Final = 0xFFFF_0000
 SIGNATURE_SIZE: Final = 32
 #: Smallest user-defined serializer id; ids below are reserved for nearcache.
+#: Taken by the Perl binding (perl/Cache-Near), read here as undecodable
+#: entries (misses): serializer 16 = Storable, 17 = Sereal; compression 2 = zlib.
 FIRST_USER_SERIALIZER_ID: Final = 64
 
 _I64_MIN: Final = -(2**63)
@@ -394,7 +396,7 @@ class ZstdCompressor(Compressor):
             ) from exc
         self.level = level
         self.max_output_size = parse_size(max_output_size)
-        self._zstd = zstandard
+        self._zstd: Any = zstandard
         self._compressor = zstandard.ZstdCompressor(level=level, write_content_size=True)
         self._decompressor = zstandard.ZstdDecompressor()
 

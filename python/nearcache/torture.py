@@ -34,15 +34,20 @@ and every read is verified as it happens:
 * **latency**: every operation is timed; one slower than ``--latency-bound``
   is a violation, and a watchdog flags (and kills) any operation blocked for
   longer than ``--stall-limit``;
-* **repair**: after each aimed kill the shard must have been reset exactly
-  as the engine documents (its ``resets`` counter grows);
+* **repair**: after each aimed kill the shard must have been repaired as
+  the engine documents (its ``salvages`` counter grows when the complete
+  entries were kept, ``resets`` when the shard had to be emptied); the
+  entries each repair dropped (``entries_lost``) are reported per kill;
+* **bounded waits**: a worker that finds a shard held past the lock timeout
+  (by a worker held mid-write) gets a miss or a refused write
+  (``ShardLockTimeoutError``), counted, never a hang;
 * **crashes**: a worker that dies other than by the coordinator's SIGKILL
   (an exception, SIGSEGV, SIGBUS...) is a violation;
 * **at the end** (after ``--settle`` seconds without kills): ``check()``
   must pass, every stored value must still verify, and the engine's
   ``corruptions`` counter must be zero (a kill mid-write is repaired
-  through ``resets``; ``corruptions`` only counts inconsistencies found in
-  data that claimed to be consistent).
+  through ``salvages``/``resets``; ``corruptions`` only counts
+  inconsistencies found in data that claimed to be consistent).
 
 The report gives operations, kills (random and mid-write), shard resets,
 evictions, counter rebirths, latency percentiles and the maximum, and the
@@ -110,6 +115,7 @@ _REBIRTHS = 9  # counters found missing and created again
 _VERIFIED = 10  # values checked (torn/foreign/flags/stale/expiry)
 _STARTS = 11  # worker incarnations started in this slot
 _EXPIRY_CHECKS = 12  # values read past their embedded expiry, checked with the engine
+_WRITE_TIMEOUTS = 13  # writes refused with ShardLockTimeoutError (a peer held the lock)
 _HIST = 16  # latency histogram: bucket b counts ops of [2^b, 2^(b+1)) ns
 _HIST_BUCKETS = 40
 _SLOT_WORDS = _HIST + _HIST_BUCKETS + 8
@@ -247,8 +253,13 @@ class TortureReport:
     kills_random: int
     kills_mid_write: int
     mid_write_kills_repaired: int
+    entries_lost_per_mid_write_kill: float
     worker_starts: int
     shard_resets: int
+    shard_salvages: int
+    entries_lost: int
+    lock_timeouts: int
+    write_timeouts: int
     corruptions: int
     evictions: int
     compactions: int
@@ -280,8 +291,13 @@ class TortureReport:
             f"  kills survived      {self.kills:,} ({self.kills_random:,} random, "
             f"{self.kills_mid_write:,} mid-write, {self.mid_write_kills_repaired:,} of "
             "them seen repaired)",
+            f"  entries lost        {self.entries_lost_per_mid_write_kill:.2f} per mid-write kill; "
+            f"{self.entries_lost:,} in all repairs",
             f"  worker starts       {self.worker_starts:,}",
-            f"  shard resets        {self.shard_resets:,}; corruptions {self.corruptions:,}",
+            f"  shard repairs       {self.shard_salvages:,} kept complete entries, "
+            f"{self.shard_resets:,} resets; corruptions {self.corruptions:,}",
+            f"  lock timeouts       {self.lock_timeouts:,} "
+            f"({self.write_timeouts:,} writes refused)",
             f"  evictions           {self.evictions:,} in {self.compactions:,} compactions; "
             f"counter rebirths {self.counter_rebirths:,}; late-read expiry checks "
             f"{self.expiry_checks:,}",
@@ -499,6 +515,12 @@ class _Worker:
                 self.incr(op)
             else:
                 self.counter_get(op)
+        except _native.ShardLockTimeoutError:
+            # A peer held the shard lock past the lock timeout (a worker
+            # held mid-write before its kill): the write was refused,
+            # nothing changed. Bounded waits are the point; count it.
+            self.words[self.base + _OP_START] = 0
+            self.words[self.base + _WRITE_TIMEOUTS] += 1
         except Exception as exc:  # every error is a finding, with its traceback
             self.words[self.base + _OP_START] = 0
             self.violation(
@@ -613,6 +635,7 @@ class _Coordinator:
         self.kills_random = 0
         self.kills_mid_write = 0
         self.repaired = 0
+        self.lost_in_aimed_kills = 0
         self.violations: list[dict[str, Any]] = []
 
     def violation(self, kind: str, **detail: Any) -> None:
@@ -675,7 +698,7 @@ class _Coordinator:
         index = self.rng.randrange(self.cfg.keys)
         key = data_key(index)
         shard = self.cache.shard_of(key)
-        before = self.cache.shard_stats()[shard]["resets"]
+        before = self.cache.shard_stats()[shard]
         self.words[_slot(slot, _HOLDING)] = 0
         self.words[_slot(slot, _HOLD_REQ)] = index + 1
         deadline = time.monotonic() + self.cfg.stall_limit
@@ -705,11 +728,13 @@ class _Coordinator:
         self.kills_mid_write += 1
         # Lock the shard (repairing it if nobody has yet), then look.
         self.cache.contains(key)
-        after = self.cache.shard_stats()[shard]["resets"]
-        if after > before:
+        after = self.cache.shard_stats()[shard]
+        repairs = (after["resets"] + after["salvages"]) - (before["resets"] + before["salvages"])
+        if repairs > 0:
             self.repaired += 1
+            self.lost_in_aimed_kills += after["entries_lost"] - before["entries_lost"]
         elif confirmed:
-            self.violation("mid-write kill not repaired", shard=shard, resets=after)
+            self.violation("mid-write kill not repaired", shard=shard, resets=after["resets"])
         self.start(slot)
 
     def run(self) -> TortureReport:
@@ -834,8 +859,15 @@ class _Coordinator:
             kills_random=self.kills_random,
             kills_mid_write=self.kills_mid_write,
             mid_write_kills_repaired=self.repaired,
+            entries_lost_per_mid_write_kill=round(self.lost_in_aimed_kills / self.repaired, 3)
+            if self.repaired
+            else 0.0,
             worker_starts=total(_STARTS),
             shard_resets=stats["resets"] - stats0["resets"],
+            shard_salvages=stats["salvages"] - stats0["salvages"],
+            entries_lost=stats["entries_lost"] - stats0["entries_lost"],
+            lock_timeouts=stats["lock_timeouts"] - stats0["lock_timeouts"],
+            write_timeouts=total(_WRITE_TIMEOUTS),
             corruptions=stats["corruptions"] - stats0["corruptions"],
             evictions=stats["evictions"] - stats0["evictions"],
             compactions=stats["compactions"] - stats0["compactions"],

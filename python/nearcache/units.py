@@ -36,7 +36,16 @@ Durations and TTLs
 :func:`parse_duration` turns a number of seconds (``int``/``float``), a
 :class:`datetime.timedelta` or a string such as ``"90"``, ``"1.5s"``,
 ``"250ms"``, ``"5m"``, ``"2h"``, ``"1d"``, ``"1w"`` or ``"1h30m"`` into
-seconds (a ``float``).
+seconds (a ``float``).  Units may be written out, in the singular or
+plural, with or without a space: ``ms``/``msec``/``millisecond``,
+``s``/``sec``/``second``, ``m``/``min``/``minute``, ``h``/``hr``/``hour``,
+``d``/``day``, ``w``/``wk``/``week``; parts may be separated by spaces or
+commas (``"1 hour, 30 min"``).
+
+>>> parse_duration("5min") == parse_duration("5 min") == parse_duration("5 minutes") == 300
+True
+>>> parse_duration("1 hour"), parse_duration("1h30m"), parse_duration("2 days, 3 hrs")
+(3600.0, 5400.0, 183600.0)
 
 :func:`ttl_to_ms` is the single place where a user's TTL becomes the
 milliseconds the engine stores.  The rule, used by every ``ttl=`` argument
@@ -68,6 +77,7 @@ True
 from __future__ import annotations
 
 import math
+import random
 import re
 import time
 from datetime import datetime, timedelta
@@ -75,11 +85,13 @@ from typing import Final, TypeAlias
 
 __all__ = [
     "MAX_TTL_MS",
+    "SIZE_UNITS_HELP",
     "Duration",
     "ExpireAt",
     "Size",
     "expire_at_to_ms",
     "format_size",
+    "jittered_ttl",
     "parse_duration",
     "parse_size",
     "ttl_to_ms",
@@ -100,16 +112,32 @@ MAX_TTL_MS: Final = 2**63 // 1000
 _SIZE_RE: Final = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgtp]?)(i?)(b?)\s*$", re.IGNORECASE)
 _EXPONENT: Final = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4, "p": 5}
 
-_DURATION_PART_RE: Final = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h|d|w)?\s*", re.IGNORECASE)
-_DURATION_UNIT: Final = {
-    "": 1.0,
-    "ms": 0.001,
-    "s": 1.0,
-    "m": 60.0,
-    "h": 3600.0,
-    "d": 86400.0,
-    "w": 604800.0,
+#: One sentence on the two size conventions, for the help and errors of
+#: every size option.
+SIZE_UNITS_HELP: Final = (
+    "single letters and 'KiB'/'MiB'/'GiB' are binary (64M = 64MiB = 67,108,864 bytes); "
+    "'kB'/'MB'/'GB' are decimal (64MB = 64,000,000 bytes)"
+)
+
+# Every spelling of each duration unit (matched case-insensitively, the
+# longest first so "min" is not read as "m" followed by "in").
+_DURATION_SPELLINGS: Final = {
+    0.001: ("milliseconds", "millisecond", "msecs", "msec", "ms"),
+    1.0: ("seconds", "second", "secs", "sec", "s"),
+    60.0: ("minutes", "minute", "mins", "min", "m"),
+    3600.0: ("hours", "hour", "hrs", "hr", "h"),
+    86400.0: ("days", "day", "d"),
+    604800.0: ("weeks", "week", "wks", "wk", "w"),
 }
+_DURATION_UNIT: Final = {
+    spelling: factor for factor, spellings in _DURATION_SPELLINGS.items() for spelling in spellings
+}
+_DURATION_PART_RE: Final = re.compile(
+    r"(\d+(?:\.\d*)?|\.\d+)\s*("
+    + "|".join(sorted(_DURATION_UNIT, key=len, reverse=True))
+    + r")?(?![a-z])[\s,]*",
+    re.IGNORECASE,
+)
 
 
 def parse_size(value: Size) -> int:
@@ -137,7 +165,7 @@ def parse_size(value: Size) -> int:
     if match is None:
         raise ValueError(
             f"cannot parse size {value!r}: expected a number and an optional unit "
-            "such as 'B', 'KiB', 'MiB', 'GiB', 'K', 'M', 'G', 'kB', 'MB', 'GB'"
+            f"such as 'B', 'KiB', 'MiB', 'GiB', 'K', 'M', 'G', 'kB', 'MB', 'GB' ({SIZE_UNITS_HELP})"
         )
     number, letter, binary, byte = match.groups()
     letter = letter.lower()
@@ -213,12 +241,12 @@ def _parse_duration_string(text: str) -> float:
         number, unit = match.groups()
         if unit is None and (position != 0 or match.end() != len(stripped)):
             break  # a bare number (seconds) is only allowed as the whole string
-        total += float(number) * _DURATION_UNIT[(unit or "").lower()]
+        total += float(number) * (_DURATION_UNIT[unit.lower()] if unit else 1.0)
         position = match.end()
     if not stripped or position != len(stripped):
         raise ValueError(
             f"cannot parse duration {text!r}: expected seconds or parts like "
-            "'250ms', '30s', '5m', '2h', '1d', '1w'"
+            "'250ms', '30s', '5m', '5 min', '2h', '1 hour', '1d', '1w'"
         )
     return total
 
@@ -286,3 +314,21 @@ def expire_at_to_ms(expire_at: ExpireAt, now: float | None = None) -> int:
     if ms > MAX_TTL_MS:
         raise ValueError(f"expire_at too far in the future: {expire_at!r}")
     return ms
+
+
+def jittered_ttl(ttl: float, jitter: float) -> float:
+    """``ttl`` seconds shortened by a random part of up to ``jitter`` (a
+    fraction in ``[0, 1)``), so entries set together expire apart (CHI's
+    ``expires_variance``).  ``0`` (never expires) stays ``0``, and the result
+    is never longer than ``ttl`` nor shorter than ``ttl * (1 - jitter)``.
+
+    >>> jittered_ttl(0, 0.5), jittered_ttl(60, 0)
+    (0, 60)
+    >>> all(45 <= jittered_ttl(60, 0.25) <= 60 for _ in range(1000))
+    True
+    """
+    if not 0 <= jitter < 1:
+        raise ValueError(f"jitter must be a fraction in [0, 1), got {jitter!r}")
+    if not ttl or not jitter:
+        return ttl
+    return ttl * (1.0 - jitter * random.random())

@@ -9,10 +9,12 @@ For each pinned Django version (:data:`PINNED_VERSIONS`) this script
    ``~/.cache/nearcache/django-tests``) and extracts its ``tests/`` directory
    there (Django's test files are never copied into this repository);
 2. makes a virtualenv there with exactly that Django: with the running
-   interpreter and ``--system-site-packages`` (so nearcache, redis and
-   pymemcache come from the main environment), or, when that Django needs a
-   newer Python, with the oldest suitable interpreter found, the client
-   libraries from PyPI and nearcache built from this checkout;
+   interpreter, one virtualenv per running environment, whose ``.pth`` file
+   adds the running environment's site-packages after its own (so nearcache,
+   redis and pymemcache come from the environment running this script, be it
+   a virtualenv or not), or, when that Django needs a newer Python, with the
+   oldest suitable interpreter found, the client libraries from PyPI and
+   nearcache built from this checkout;
 3. runs Django's ``runtests.py`` twice, in parallel with the other versions,
    each run with its own redis-server and memcached on free loopback ports
    (stopped by PID afterwards): once on Django's ``cache`` tests (with
@@ -37,9 +39,12 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import hashlib
+import importlib.util
 import json
 import os
 import shutil
+import site
 import socket
 import subprocess
 import sys
@@ -192,16 +197,82 @@ def find_python(minimum: tuple[int, int]) -> str:
     return found[min(found)]
 
 
+# The file, in a Django virtualenv's site-packages, that adds the running
+# environment's site-packages (see running_site_dirs).
+RUNNING_ENV_PTH = "nearcache-running-env.pth"
+
+
+def running_site_dirs() -> list[str]:
+    """The site-packages directories of the running interpreter, in its order.
+
+    In a virtualenv these are the virtualenv's (and, if it was made with
+    ``--system-site-packages``, the base interpreter's after them); outside
+    one, the interpreter's own; the user site-packages last when enabled.
+    """
+    dirs = list(site.getsitepackages())
+    if site.ENABLE_USER_SITE and os.path.isdir(site.getusersitepackages()):
+        dirs.append(site.getusersitepackages())
+    return dirs
+
+
+def write_running_env_pth(venv_python: Path) -> Path:
+    """Make the virtualenv of ``venv_python`` see the running environment's packages.
+
+    A ``.pth`` line that starts with ``import`` is executed at start-up:
+    ``site.addsitedir`` appends each directory of :func:`running_site_dirs`
+    after the virtualenv's own site-packages (so its pinned Django wins) and
+    processes the ``.pth`` files there too (an editable install of nearcache
+    is one).  ``--system-site-packages`` is not enough: it exposes the *base*
+    interpreter's packages, not those of a virtualenv running this script.
+    Returns the path of the ``.pth`` file.
+    """
+    purelib = subprocess.run(
+        [str(venv_python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    dirs = running_site_dirs()
+    pth = Path(purelib) / RUNNING_ENV_PTH
+    pth.write_text(
+        f"import site; list(map(site.addsitedir, {dirs!r}))\n",
+        encoding="utf-8",
+    )
+    return pth
+
+
+def environment_tag() -> str:
+    """A short name for the running environment (virtualenvs made for it carry it)."""
+    digest = hashlib.sha256(os.path.realpath(sys.prefix).encode()).hexdigest()[:10]
+    return f"env-{digest}"
+
+
+def local_nearcache() -> Path:
+    """The directory the running interpreter imports nearcache from."""
+    spec = importlib.util.find_spec("nearcache")
+    if spec is None or spec.origin is None:
+        raise RuntimeError(
+            f"nearcache is not importable by {sys.executable}; install it first (pip install -e .)"
+        )
+    return Path(spec.origin).resolve().parent
+
+
 def make_venv(version: str, root: Path, base: str) -> Path:
     """Return the Python of a virtualenv with exactly Django ``version`` installed.
 
-    With this interpreter, the virtualenv sees its site-packages (nearcache,
-    redis, pymemcache...).  With another one (Django needs a newer Python),
-    it gets those packages from PyPI and nearcache built from this checkout.
+    With this interpreter, the virtualenv (one per running environment) sees
+    the running environment's site-packages (nearcache, redis, pymemcache...)
+    through :func:`write_running_env_pth`, and must import nearcache from the
+    same place as this interpreter.  With another one (Django needs a newer
+    Python), it gets those packages from PyPI and nearcache built from this
+    checkout.
     """
     major, minor = python_version(base) or (0, 0)
     foreign = base != sys.executable
-    venv = root / "venvs" / f"django-{version}-py{major}{minor}"
+    name = f"django-{version}-py{major}{minor}"
+    if not foreign:
+        name += f"-{environment_tag()}"
+    venv = root / "venvs" / name
     python = venv / "bin" / "python"
     check = [str(python), "-c", "import django; print(django.get_version())"]
     got = ""
@@ -211,12 +282,16 @@ def make_venv(version: str, root: Path, base: str) -> Path:
             shutil.rmtree(venv)
     if got != version:
         log(f"creating a virtualenv with Django {version} (Python {major}.{minor})")
-        run([base, "-m", "venv", *([] if foreign else ["--system-site-packages"]), str(venv)])
+        run([base, "-m", "venv", str(venv)])
         extra = FOREIGN_DEPS if foreign else ()
         run([str(python), "-m", "pip", "install", "--quiet", f"django=={version}", *extra])
-        got = subprocess.run(check, capture_output=True, text=True, check=False).stdout.strip()
-        if got != version:
-            raise RuntimeError(f"the virtualenv {venv} has Django {got!r}, not {version}")
+    if not foreign:
+        # Written after Django is installed (pip then sees a bare virtualenv),
+        # and rewritten on every run (the running environment may have moved).
+        write_running_env_pth(python)
+    got = subprocess.run(check, capture_output=True, text=True, check=False).stdout.strip()
+    if got != version:
+        raise RuntimeError(f"the virtualenv {venv} has Django {got!r}, not {version}")
     if foreign:
         log(f"building nearcache from this checkout for Python {major}.{minor}")
         env = {
@@ -237,13 +312,24 @@ def make_venv(version: str, root: Path, base: str) -> Path:
             ],
             env=env,
         )
-    probe = [str(python), "-c", "import nearcache._native, nearcache.contrib.django"]
+    probe = [
+        str(python),
+        "-c",
+        "import nearcache._native, nearcache.contrib.django; print(nearcache.__file__)",
+    ]
     proc = subprocess.run(probe, capture_output=True, text=True, check=False, cwd=root)
     if proc.returncode != 0:
         raise RuntimeError(
             f"nearcache is not importable with Django {version} ({python}); "
             f"install it first (pip install -e .)\n{proc.stderr}"
         )
+    if not foreign:
+        used = Path(proc.stdout.strip()).resolve().parent
+        if used != local_nearcache():
+            raise RuntimeError(
+                f"the virtualenv for Django {version} ({python}) imports nearcache from "
+                f"{used}, not from {local_nearcache()} as {sys.executable} does"
+            )
     return python
 
 

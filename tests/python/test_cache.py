@@ -6,6 +6,7 @@ import enum
 import math
 import os
 import pickle
+import shutil
 import stat
 import time
 from collections.abc import Callable
@@ -614,3 +615,43 @@ def test_random_operations_match_a_dict(cache: Cache) -> None:
         else:
             assert cache.get_many(keys) == model
         assert len(cache) == len(model)
+
+
+def test_default_directory_is_checked_once_per_user(monkeypatch: pytest.MonkeyPatch) -> None:
+    import nearcache.cache as cache_module
+
+    monkeypatch.delenv("NEARCACHE_DIR", raising=False)
+    monkeypatch.setattr(cache_module, "_DEFAULT_DIRECTORIES", {})
+    calls = []
+    real = cache_module._native.default_directory
+
+    def counting() -> str:
+        calls.append(1)
+        return real()
+
+    monkeypatch.setattr(cache_module._native, "default_directory", counting)
+    first = cache_module.default_directory()
+    assert cache_module.default_directory() == first
+    assert len(calls) == 1
+
+
+def test_a_removed_default_directory_is_made_again_private(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import nearcache.cache as cache_module
+
+    monkeypatch.delenv("NEARCACHE_DIR", raising=False)
+    directory = tmp_path / "nc"
+    directory.mkdir(mode=0o700)
+    monkeypatch.setattr(cache_module, "_DEFAULT_DIRECTORIES", {os.geteuid(): str(directory)})
+    with Cache("removed", size="1MiB") as c:
+        c.set("k", 1)
+    shutil.rmtree(directory)
+    with Cache("removed", size="1MiB") as c:  # the open makes the directory again
+        assert c.get("k") is None
+        c.set("k", 2)
+    assert directory.stat().st_mode & 0o777 == 0o700
+    with Cache("removed") as c:  # and an existing file opens without a size
+        assert c.get("k") == 2
+    with pytest.raises(nearcache.CacheNotFoundError):
+        Cache("absent", create=False)

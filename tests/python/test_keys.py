@@ -10,7 +10,14 @@ from hypothesis import strategies as st
 
 import nearcache
 from nearcache import Cache, KeyTypeError
-from nearcache.keys import INT_KEY_MARKER, decode_key, encode_key, encode_prefix, native_key
+from nearcache.keys import (
+    BYTES_KEY_ESCAPE,
+    INT_KEY_MARKER,
+    decode_key,
+    encode_key,
+    encode_prefix,
+    native_key,
+)
 
 keys = st.one_of(st.text(), st.binary(), st.integers(min_value=-(10**40), max_value=10**40))
 
@@ -26,6 +33,8 @@ def test_documented_encodings() -> None:
     assert encode_key(10**30) == b"\xff" + b"1" + b"0" * 30
     assert encode_key(True) == encode_key(1)
     assert encode_key(False) == encode_key(0)
+    assert encode_key(b"\xff12345") == b"\xfe\xff12345"
+    assert encode_key(b"\xfe") == b"\xfe\xfe"
 
 
 @pytest.mark.parametrize("bad", [1.5, None, (1, 2), ["a"], bytearray(b"a"), memoryview(b"a"), {1}])
@@ -50,20 +59,24 @@ def test_decode_inverts_encode(key: str | bytes | int) -> None:
 @given(keys, keys)
 def test_equal_bytes_only_for_equal_keys(a: str | bytes | int, b: str | bytes | int) -> None:
     """Two keys share bytes only if they are equal, or are str/bytes with the
-    same UTF-8, or an int and its documented 0xFF-prefixed bytes alias."""
+    same UTF-8: the int and bytes namespaces never meet."""
 
     def canon(k: str | bytes | int) -> tuple[str, object]:
         if isinstance(k, int):
-            return ("int", k)
+            return ("int", int(k))
         if isinstance(k, str):
             return ("bytes", k.encode())
-        if k[:1] == INT_KEY_MARKER:
-            decoded = decode_key(k)
-            if isinstance(decoded, int):
-                return ("int", decoded)
         return ("bytes", k)
 
     assert (encode_key(a) == encode_key(b)) == (canon(a) == canon(b))
+
+
+@given(st.integers(min_value=-(10**40), max_value=10**40))
+def test_int_key_is_not_its_old_bytes_alias(number: int) -> None:
+    alias = INT_KEY_MARKER + str(number).encode()
+    assert encode_key(alias) == BYTES_KEY_ESCAPE + alias
+    assert encode_key(alias) != encode_key(number)
+    assert decode_key(encode_key(alias)) == alias
 
 
 @given(st.text())
@@ -98,6 +111,20 @@ def test_int_and_str_keys_are_distinct(cache: Cache) -> None:
     assert cache.get(True) == "int one"
     assert cache.get(b"1") == "str one"
     assert sorted(cache.keys(), key=repr) == sorted([1, "1"], key=repr)
+
+
+def test_bytes_keys_starting_with_ff_are_not_int_keys(cache: Cache) -> None:
+    """An int key and the bytes of its old stored form used to be one key."""
+    cache.set(12345, "int")
+    assert cache.get(b"\xff12345") is None
+    cache.set(b"\xff12345", "bytes")
+    cache.set(b"\xfe", "escape byte")
+    assert cache.get(12345) == "int"
+    assert cache.get(b"\xff12345") == "bytes"
+    assert cache.get(b"\xfe") == "escape byte"
+    assert sorted(cache.keys(), key=repr) == sorted([12345, b"\xff12345", b"\xfe"], key=repr)
+    assert cache.delete(b"\xff12345") is True
+    assert cache.get(12345) == "int"
 
 
 def test_every_operation_accepts_int_keys(cache: Cache) -> None:

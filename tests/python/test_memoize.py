@@ -324,7 +324,7 @@ def test_methods_classmethods_and_staticmethods(cache: Cache) -> None:
     assert a_again.load(5) == (1, 5)  # same __cache_key__: same entry
     assert (a.calls, b.calls, a_again.calls) == (1, 1, 0)
     assert Service.load.invalidate(a, 5) is True
-    assert a.load.invalidate(a, 5) is False
+    assert a.load.invalidate(5) is False  # helpers bind to the instance
     assert Service.build(3) == "Service:3"
     assert Service.pure(4) == 8
     assert Service(9).pure(4) == 8

@@ -80,5 +80,27 @@ fn bench(c: &mut Criterion) {
     let _ = std::fs::remove_dir_all(dir2);
 }
 
-criterion_group!(benches, bench);
+/// Opening per request: open a 64 MiB file, get one key, drop the handle.
+/// `shared_mapping`: another handle of the file is alive in the process
+/// (its mapping is reused); `alone`: nothing else has the file mapped or
+/// attached (after a clean detach on tmpfs, the shards are not swept).
+fn bench_open(c: &mut Criterion) {
+    let (cache, dir) = open("open", 64 << 20);
+    cache.set(b"k", b"v", 0, 0).unwrap();
+    let path = dir.join("c");
+    let opts = OpenOptions { size: Some(64 << 20), ..Default::default() };
+    let mut g = c.benchmark_group("open");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("shared_mapping", |b| {
+        b.iter(|| Cache::open(black_box(&path), &opts).unwrap().get(b"k").unwrap())
+    });
+    drop(cache);
+    g.bench_function("alone", |b| {
+        b.iter(|| Cache::open(black_box(&path), &opts).unwrap().get(b"k").unwrap())
+    });
+    g.finish();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+criterion_group!(benches, bench, bench_open);
 criterion_main!(benches);

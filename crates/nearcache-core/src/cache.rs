@@ -1,8 +1,10 @@
 //! The cache: one mapped file, split into shards.
 //!
-//! A key's xxh3 hash picks its shard; every operation on one key takes that
-//! shard's lock once. Batch operations group keys by shard and take each
-//! shard's lock once for the whole group. TTLs are absolute Unix
+//! A key's xxh3 hash picks its shard; every write of one key takes that
+//! shard's lock once, and a get reads without it (validated by the shard's
+//! sequence word, falling back to the lock; see `shard.rs`). Batch
+//! operations group keys by shard and take each shard's lock once for the
+//! whole group. TTLs are absolute Unix
 //! milliseconds stored in the entry (0 = never), so every process agrees
 //! on them.
 //!
@@ -10,15 +12,23 @@
 //! [`Error::Closed`]); the mapping itself is released when the handle is
 //! dropped, so a call racing with close on another thread never touches
 //! unmapped memory.
+//!
+//! Every handle of one file in a process shares one mapping: opening a file
+//! this process already has mapped reuses it (see `registry.rs`), and the
+//! file is unmapped, and the process detached from it, when the last handle
+//! is dropped.
 
+use crate::counters::{Counter, Stripes};
 use crate::error::{Error, Result};
 use crate::file::{self, Mapping, OpenOptions};
 use crate::hash::{hash_key, shard_of};
-use crate::layout::{entry_size, fh, Geometry, HEADER_SIZE, MAX_KEY_LEN};
-use crate::shard::{Entry0, EntryRef, Now, SetMode, Shard};
+use crate::layout::{entry_size, Geometry, HEADER_SIZE, MAX_KEY_LEN};
+use crate::shard::{Entry0, EntryRef, Now, SetMode, Shard, ShardGuard};
 use crate::stats::ShardStats;
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 /// Flag value the engine uses for 64-bit counters (little-endian i64).
 pub const FLAG_INT: u32 = 2;
@@ -45,11 +55,13 @@ pub struct CheckReport {
 
 /// A shared-memory cache file mapped into this process.
 pub struct Cache {
-    map: Mapping,
+    /// Shared with every other handle of the file in this process.
+    map: Arc<Mapping>,
     geo: Geometry,
     shards: Vec<Shard>,
     path: PathBuf,
     max_entry: usize,
+    lock_timeout: std::time::Duration,
     closed: AtomicBool,
 }
 
@@ -63,13 +75,26 @@ impl std::fmt::Debug for Cache {
     }
 }
 
+/// The per-CPU counters in the file header of `m`.
+fn stripes_of(m: &Mapping) -> Stripes {
+    // SAFETY: m.ptr is the page-aligned start of the mapping, whose first
+    // HEADER_SIZE bytes are the file header; the Stripes live in the Cache
+    // (and its Shards) next to the Mapping and are dropped with it.
+    unsafe { Stripes::new(m.ptr) }
+}
+
 fn shards_of(m: &Mapping, geo: &Geometry) -> Vec<Shard> {
+    let stripes = stripes_of(m);
     (0..geo.shard_count)
         .map(|i| {
             // SAFETY: shard i spans [HEADER_SIZE + i*shard_size, +shard_size),
             // inside the mapping of total_size bytes; the Vec<Shard> lives in
             // the Cache next to the Mapping and is dropped with it.
-            unsafe { Shard::new(m.ptr.add(HEADER_SIZE + i * geo.shard_size), geo) }
+            // The file descriptor stays open as long as the mapping.
+            unsafe {
+                let off = HEADER_SIZE + i * geo.shard_size;
+                Shard::new(m.ptr.add(off), geo, m.lazy, m.file.as_raw_fd(), off, stripes)
+            }
         })
         .collect()
 }
@@ -85,8 +110,30 @@ fn expires_for(ttl_ms: u64, now: &mut Now) -> u64 {
 
 impl Cache {
     /// Open or create the cache at `path`.
+    ///
+    /// If this process already has the file mapped (through another handle
+    /// still alive, closed or not), the new handle shares that mapping,
+    /// after the same checks as a first open (see `file::reopen`).
     pub fn open(path: impl AsRef<Path>, opts: &OpenOptions) -> Result<Cache> {
         let path = path.as_ref();
+        let map = match file::reopen(path, opts) {
+            Some(map) => map,
+            None => Cache::map_file(path, opts)?,
+        };
+        let geo = map.geo;
+        Ok(Cache {
+            max_entry: geo.max_entry_size(),
+            geo,
+            shards: shards_of(&map, &geo),
+            map,
+            path: path.to_path_buf(),
+            lock_timeout: opts.lock_timeout,
+            closed: AtomicBool::new(false),
+        })
+    }
+
+    /// Open (or create) and map the file, and register the mapping.
+    fn map_file(path: &Path, opts: &OpenOptions) -> Result<Arc<Mapping>> {
         let init = |m: &Mapping, g: &Geometry| {
             for s in shards_of(m, g) {
                 s.init()?;
@@ -97,20 +144,11 @@ impl Cache {
             for s in shards_of(m, g) {
                 s.reattach_exclusive()?;
             }
-            // SAFETY: CLEAN_SHUTDOWN is a byte inside the header; we are alone.
-            unsafe { std::ptr::write_volatile(m.ptr.add(fh::CLEAN_SHUTDOWN), 0u8) };
             Ok(())
         };
-        let opened = file::open(path, opts, &init, &reattach)?;
-        let shards = shards_of(&opened.map, &opened.geo);
-        Ok(Cache {
-            max_entry: opened.geo.max_entry_size(),
-            geo: opened.geo,
-            shards,
-            map: opened.map,
-            path: path.to_path_buf(),
-            closed: AtomicBool::new(false),
-        })
+        let map = Arc::new(file::open(path, opts, &init, &reattach)?.map);
+        crate::registry::insert(&map);
+        Ok(map)
     }
 
     /// Open or create `name` in [`file::default_directory`].
@@ -143,22 +181,20 @@ impl Cache {
     pub fn max_entry_size(&self) -> usize {
         self.max_entry
     }
+    /// Longest wait for a shard lock (see [`OpenOptions::lock_timeout`]).
+    pub fn lock_timeout(&self) -> std::time::Duration {
+        self.lock_timeout
+    }
     /// Whether `close` was called.
     pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Relaxed)
     }
 
-    /// Mark the handle closed. Idempotent.
+    /// Mark the handle closed. Idempotent. Other handles of the file are
+    /// not affected; the process detaches from the file when the last
+    /// handle sharing its mapping is dropped.
     pub fn close(&self) {
-        if !self.closed.swap(true, Ordering::AcqRel) && file::try_exclusive(&self.map.file) {
-            // Last one out: record a clean shutdown (informational), then
-            // go back to the shared lock at once. The lock belongs to the
-            // open file description, which a forked child shares with its
-            // parent: keeping it exclusive would block every later opener.
-            // SAFETY: a byte inside the header.
-            unsafe { std::ptr::write_volatile(self.map.ptr.add(fh::CLEAN_SHUTDOWN), 1u8) };
-            file::release_exclusive(&self.map.file);
-        }
+        self.closed.store(true, Ordering::Release);
     }
 
     #[inline]
@@ -186,20 +222,77 @@ impl Cache {
         Ok((&self.shards[shard_of(h, self.geo.shard_count)], h))
     }
 
+    /// Lock `shard` for a change: a timeout is an error.
+    #[inline]
+    fn lock_for_write<'a>(&self, shard: &'a Shard) -> Result<ShardGuard<'a>> {
+        shard.lock(self.lock_timeout).inspect_err(|e| self.noticed(e))
+    }
+
+    /// A shard refused as damaged: the next process that attaches alone
+    /// must repair every shard (see `file.rs`).
+    #[cold]
+    fn noticed(&self, e: &Error) {
+        if matches!(e, Error::Corrupt(_)) {
+            self.map.note_damage();
+        }
+    }
+
+    /// Lock `shard` for a read: a timeout reads as a miss (`Ok(None)`),
+    /// already counted in `lock_timeouts`.
+    #[inline]
+    fn lock_for_read<'a>(&self, shard: &'a Shard) -> Result<Option<ShardGuard<'a>>> {
+        match shard.lock(self.lock_timeout) {
+            Ok(g) => Ok(Some(g)),
+            Err(Error::LockTimeout { .. }) => Ok(None),
+            Err(e) => {
+                self.noticed(&e);
+                Err(e)
+            }
+        }
+    }
+
     fn check_fits(&self, key: &[u8], value_len: usize) -> Result<()> {
-        let needed = entry_size(key.len(), value_len);
-        if needed > self.max_entry {
+        // max_entry <= u32::MAX, so this also keeps value_len in 32 bits;
+        // saturating: a value near usize::MAX must not wrap to a small size.
+        let needed = entry_size(key.len(), value_len.min(usize::MAX / 2));
+        if needed > self.max_entry || value_len > u32::MAX as usize {
             return Err(Error::ValueTooLarge { needed, max: self.max_entry });
         }
         Ok(())
     }
 
-    /// Run `f` on the value of `key` under the shard lock (no extra copy:
-    /// `f` copies straight from the mapping into its own buffer).
+    /// Run `f` on the value of `key` (no extra copy: `f` copies straight
+    /// from the mapping into its own buffer).
+    ///
+    /// The read is optimistic: it takes no lock, and if a writer changed
+    /// the shard meanwhile, what `f` returned is dropped and the read runs
+    /// again (at last under the lock). So `f` may run more than once, on
+    /// bytes that were changing; it must only copy them out, and only the
+    /// result of a validated run is returned.
     #[inline]
-    pub fn get_with<R>(&self, key: &[u8], f: impl FnOnce(EntryRef<'_>) -> R) -> Result<Option<R>> {
+    pub fn get_with<R>(
+        &self,
+        key: &[u8],
+        mut f: impl FnMut(EntryRef<'_>) -> R,
+    ) -> Result<Option<R>> {
         let (shard, h) = self.route(key)?;
-        let g = shard.lock()?;
+        let mut now = Now::new();
+        if let Some(got) = shard.get_optimistic(key, h, &mut now, &mut f) {
+            return Ok(got);
+        }
+        self.get_locked_with(key, f)
+    }
+
+    /// [`Cache::get_with`] under the shard lock: `f` runs at most once, on
+    /// bytes that do not change (for callers whose `f` cannot run twice).
+    #[inline]
+    pub fn get_locked_with<R>(
+        &self,
+        key: &[u8],
+        f: impl FnOnce(EntryRef<'_>) -> R,
+    ) -> Result<Option<R>> {
+        let (shard, h) = self.route(key)?;
+        let Some(g) = self.lock_for_read(shard)? else { return Ok(None) };
         Ok(g.get(key, h, &mut Now::new(), f))
     }
 
@@ -209,6 +302,10 @@ impl Cache {
     }
 
     /// Store `value` with `flags` for `ttl_ms` (0 = never expires).
+    ///
+    /// Fails with [`Error::Full`], leaving the old value, only when the
+    /// file system has no room to grow the key's shard and the entry is
+    /// larger than all the space that shard holds.
     pub fn set(&self, key: &[u8], value: &[u8], flags: u32, ttl_ms: u64) -> Result<()> {
         self.store(key, value, flags, ttl_ms, SetMode::Always).map(|_| ())
     }
@@ -236,14 +333,14 @@ impl Cache {
         self.check_fits(key, value.len())?;
         let mut now = Now::new();
         let exp = expires_for(ttl_ms, &mut now);
-        let g = shard.lock()?;
-        Ok(g.set(key, h, value, flags, exp, mode, &mut now))
+        let g = self.lock_for_write(shard)?;
+        g.set(key, h, value, flags, exp, mode, &mut now)
     }
 
     /// Remove `key`; returns whether it was present.
     pub fn delete(&self, key: &[u8]) -> Result<bool> {
         let (shard, h) = self.route(key)?;
-        let g = shard.lock()?;
+        let g = self.lock_for_write(shard)?;
         Ok(g.delete(key, h, &mut Now::new()))
     }
 
@@ -251,14 +348,14 @@ impl Cache {
     /// it deleted. Atomic: one lock hold covers the comparison and the delete.
     pub fn delete_if_equals(&self, key: &[u8], expected: &[u8]) -> Result<bool> {
         let (shard, h) = self.route(key)?;
-        let g = shard.lock()?;
+        let g = self.lock_for_write(shard)?;
         Ok(g.delete_if_equals(key, h, expected, &mut Now::new()))
     }
 
     /// Remove `key` and hand its value to `f`.
     pub fn pop_with<R>(&self, key: &[u8], f: impl FnOnce(EntryRef<'_>) -> R) -> Result<Option<R>> {
         let (shard, h) = self.route(key)?;
-        let g = shard.lock()?;
+        let g = self.lock_for_write(shard)?;
         Ok(g.pop(key, h, &mut Now::new(), f))
     }
 
@@ -272,21 +369,21 @@ impl Cache {
         let (shard, h) = self.route(key)?;
         let mut now = Now::new();
         let exp = expires_for(ttl_ms, &mut now);
-        let g = shard.lock()?;
+        let g = self.lock_for_write(shard)?;
         Ok(g.touch(key, h, exp, &mut now))
     }
 
     /// Absolute expiry of `key` in Unix ms (0 = never), None if absent.
     pub fn expires_at(&self, key: &[u8]) -> Result<Option<u64>> {
         let (shard, h) = self.route(key)?;
-        let g = shard.lock()?;
+        let Some(g) = self.lock_for_read(shard)? else { return Ok(None) };
         Ok(g.expires_of(key, h, &mut Now::new()))
     }
 
     /// Whether `key` is present (does not count as a hit).
     pub fn contains(&self, key: &[u8]) -> Result<bool> {
         let (shard, h) = self.route(key)?;
-        let g = shard.lock()?;
+        let Some(g) = self.lock_for_read(shard)? else { return Ok(false) };
         Ok(g.contains(key, h, &mut Now::new()))
     }
 
@@ -298,7 +395,7 @@ impl Cache {
         self.check_fits(key, 8)?;
         let mut now = Now::new();
         let exp = expires_for(ttl_ms, &mut now);
-        let g = shard.lock()?;
+        let g = self.lock_for_write(shard)?;
         g.incr(key, h, delta, initial, exp, FLAG_INT, &mut now)
     }
 
@@ -316,7 +413,9 @@ impl Cache {
             let h = hash_key(self.geo.seed, k);
             plan.push((shard_of(h, self.geo.shard_count), i, h));
         }
-        plan.sort_unstable_by_key(|p| p.0);
+        // Stable: within a shard, keys keep their order in the batch, so a
+        // key given twice in set_many ends with its last value.
+        plan.sort_by_key(|p| p.0);
         Ok(plan)
     }
 
@@ -329,7 +428,7 @@ impl Cache {
     ) -> Result<()> {
         let mut now = Now::new();
         for run in self.plan(keys)?.chunk_by(|a, b| a.0 == b.0) {
-            let g = self.shards[run[0].0].lock()?;
+            let Some(g) = self.lock_for_read(&self.shards[run[0].0])? else { continue };
             for &(_, i, h) in run {
                 g.get(keys[i].as_ref(), h, &mut now, |e| f(i, e));
             }
@@ -348,7 +447,10 @@ impl Cache {
 
     /// Store many (key, value, flags) items with one TTL, taking each
     /// shard's lock once. All entries are size-checked before anything is
-    /// stored, so a too-large item leaves the cache unchanged.
+    /// stored, so a too-large item leaves the cache unchanged. On a full
+    /// file system an item larger than its shard's held space fails with
+    /// [`Error::Full`]: the items before it are stored, that one and the
+    /// rest are not.
     pub fn set_many<K: AsRef<[u8]>, V: AsRef<[u8]>>(
         &self,
         items: &[(K, V, u32)],
@@ -361,10 +463,10 @@ impl Cache {
         let mut now = Now::new();
         let exp = expires_for(ttl_ms, &mut now);
         for run in self.plan(&keys)?.chunk_by(|a, b| a.0 == b.0) {
-            let g = self.shards[run[0].0].lock()?;
+            let g = self.lock_for_write(&self.shards[run[0].0])?;
             for &(_, i, h) in run {
                 let (k, v, fl) = &items[i];
-                g.set(k.as_ref(), h, v.as_ref(), *fl, exp, SetMode::Always, &mut now);
+                g.set(k.as_ref(), h, v.as_ref(), *fl, exp, SetMode::Always, &mut now)?;
             }
         }
         Ok(())
@@ -375,7 +477,7 @@ impl Cache {
         let mut now = Now::new();
         let mut n = 0;
         for run in self.plan(keys)?.chunk_by(|a, b| a.0 == b.0) {
-            let g = self.shards[run[0].0].lock()?;
+            let g = self.lock_for_write(&self.shards[run[0].0])?;
             for &(_, i, h) in run {
                 n += g.delete(keys[i].as_ref(), h, &mut now) as usize;
             }
@@ -387,7 +489,7 @@ impl Cache {
     pub fn clear(&self) -> Result<()> {
         self.live()?;
         for s in &self.shards {
-            s.lock()?.clear();
+            self.lock_for_write(s)?.clear();
         }
         Ok(())
     }
@@ -412,7 +514,7 @@ impl Cache {
         self.live()?;
         let mut now = Now::new();
         for s in &self.shards {
-            s.lock()?.for_each_live(&mut now, &mut f);
+            self.lock_for_write(s)?.for_each_live(&mut now, &mut f);
         }
         Ok(())
     }
@@ -424,15 +526,25 @@ impl Cache {
         Ok(out)
     }
 
-    /// Counters per shard.
+    /// Counters per shard. Hits and misses are counted per CPU for the
+    /// whole file, not per shard (a get writes no shard word): a shard's
+    /// `hits` and `misses` hold only what older engines counted in it, and
+    /// [`Cache::stats`] adds the file's counters.
     pub fn shard_stats(&self) -> Result<Vec<ShardStats>> {
         self.live()?;
-        self.shards.iter().map(|s| Ok(s.lock()?.stats())).collect()
+        Ok(self.shards.iter().map(|s| s.stats_unlocked()).collect())
     }
 
-    /// Counters summed over all shards.
+    /// Counters summed over all shards (`held_bytes` includes the file
+    /// header page), with the file's per-CPU hit and miss counters.
     pub fn stats(&self) -> Result<ShardStats> {
-        let mut total = ShardStats::default();
+        let stripes = stripes_of(&self.map);
+        let mut total = ShardStats {
+            held_bytes: HEADER_SIZE as u64,
+            hits: stripes.sum(Counter::Hits),
+            misses: stripes.sum(Counter::Misses),
+            ..ShardStats::default()
+        };
         for s in self.shard_stats()? {
             total += s;
         }
@@ -452,8 +564,10 @@ impl Cache {
         }
         let mut r = CheckReport { shards: self.shards.len(), ..CheckReport::default() };
         for (i, s) in self.shards.iter().enumerate() {
-            let (n, b) =
-                s.lock()?.check().map_err(|m| Error::Corrupt(format!("shard {i}: {m}")))?;
+            let (n, b) = self
+                .lock_for_write(s)?
+                .check()
+                .map_err(|m| Error::Corrupt(format!("shard {i}: {m}")))?;
             r.entries += n;
             r.live_bytes += b;
         }
@@ -472,7 +586,7 @@ impl Cache {
     #[doc(hidden)]
     pub fn debug_hold_shard_mid_write(&self, key: &[u8], hold: std::time::Duration) -> Result<()> {
         let (shard, _) = self.route(key)?;
-        let g = shard.lock()?;
+        let g = self.lock_for_write(shard)?;
         g.scribble_mid_write();
         std::thread::sleep(hold);
         // Survived the hold: repair what we scribbled.
@@ -481,14 +595,29 @@ impl Cache {
         Ok(())
     }
 
+    /// Test hook: the address of the mapping this handle uses (handles that
+    /// share a mapping report the same one).
+    #[doc(hidden)]
+    pub fn debug_mapping_address(&self) -> usize {
+        self.map.ptr as usize
+    }
+
+    /// Test hook: how this handle's mapping attached to the file: "created",
+    /// "repaired" (alone, every shard repaired), "clean" (alone after a
+    /// verified clean detach, shards left as they are) or "shared" (other
+    /// processes attached).
+    #[doc(hidden)]
+    pub fn debug_attach(&self) -> &'static str {
+        match self.map.how {
+            file::Attach::Created => "created",
+            file::Attach::Repaired => "repaired",
+            file::Attach::Clean => "clean",
+            file::Attach::Shared => "shared",
+        }
+    }
+
     /// Index of the shard holding `key`.
     pub fn shard_index(&self, key: &[u8]) -> usize {
         shard_of(hash_key(self.geo.seed, key), self.geo.shard_count)
-    }
-}
-
-impl Drop for Cache {
-    fn drop(&mut self) {
-        self.close();
     }
 }

@@ -37,6 +37,10 @@ pub enum Error {
     Overflow,
     /// An argument is out of its documented range.
     InvalidArgument(String),
+    /// A shard lock was not obtained within the cache's lock timeout: a
+    /// live process holds it and does not let go (stopped, traced, dumping
+    /// core). Nothing was changed.
+    LockTimeout { waited_ms: u64 },
 }
 
 impl Error {
@@ -71,6 +75,11 @@ impl fmt::Display for Error {
             Error::NotFound => write!(f, "key not found"),
             Error::Overflow => write!(f, "counter would overflow a signed 64-bit integer"),
             Error::InvalidArgument(msg) => write!(f, "invalid argument: {msg}"),
+            Error::LockTimeout { waited_ms } => write!(
+                f,
+                "a shard lock was still held by another process after {waited_ms} ms \
+                 (stopped or traced?); the operation was not performed"
+            ),
         }
     }
 }

@@ -2,9 +2,13 @@
 //!
 //! Creation is atomic: the file is built unnamed (`O_TMPFILE`, or where
 //! that is unsupported under a unique temporary name with
-//! `O_CREAT|O_EXCL|O_NOFOLLOW`), mode 0600, space reserved with
-//! `posix_fallocate` so a full tmpfs fails here with a clear error instead
-//! of a SIGBUS later, fully initialised, and then linked to its final name
+//! `O_CREAT|O_EXCL|O_NOFOLLOW`), mode 0600, sized with `ftruncate` as a
+//! sparse file whose header page and shard headers are reserved with
+//! `fallocate` (the shards reserve the rest as they fill, see `shard.rs`;
+//! with `preallocate`, off tmpfs, or where `fallocate` is unsupported, the
+//! whole file is reserved with `posix_fallocate`), so a full tmpfs fails here or at a
+//! later growth with a clear error instead of a SIGBUS; fully initialised,
+//! and then linked to its final name
 //! (which never replaces an existing file). A process killed half-way leaves
 //! no half-initialised cache (and with `O_TMPFILE` nothing at all); two
 //! processes racing to create the same cache both end up on the winner's
@@ -18,6 +22,36 @@
 //! left mid-write. OFD locks, unlike classic POSIX record locks, are not
 //! dropped when some other descriptor of the same file is closed.
 //!
+//! A process attaches once per mapping, not once per handle: every `Cache`
+//! of one file in a process shares one [`Mapping`] (see `registry.rs`),
+//! hence one descriptor and one lock, and detaches when the last of them
+//! is dropped. A forked child inherits its parent's mappings with their
+//! open file descriptions, and so shares their locks: the child's handles
+//! keep working, and its own new opens map the file anew.
+//!
+//! Clean detach. Repairing every shard costs the lone opener a page
+//! fault (and a page table) per shard; it is skipped when the file shows
+//! that nothing can need it. The header counts attached processes
+//! (`fh::ATTACHED`): the lone opener sets it to 1, every other opener adds
+//! 1 and takes 1 off when it detaches while others are still attached.
+//! The last one out (it takes the exclusive lock at detach) finds 1, only
+//! itself, when every process that attached since the last repair
+//! detached cleanly: none died holding a shard lock or mid-write. It then
+//! records a verified clean detach (`fh::CLEAN_SHUTDOWN` = 2, count 0)
+//! before it lets go of the lock. The next lone opener that finds exactly
+//! that, on tmpfs (whose files never outlive a reboot, or a power cut half
+//! written back), leaves the shards as they are; each shard's magic is
+//! still checked before every use (`Shard::lock`), so a damaged shard is
+//! refused, and the process that refuses it sets bit 31 of the count, so
+//! that no later detach is verified clean and the next lone opener
+//! repairs every shard. Anything else: a process that died, a mapping
+//! truncated under its holder, a mapping shared with a forked child (the
+//! parent and the child cannot tell which of them is the last user of
+//! their open file description, so neither takes 1 off), a file written
+//! by an engine that does not count: the count is not 1 or the byte not 2,
+//! and the next lone opener repairs every shard, as every lone opener did
+//! before the count existed.
+//!
 //! Security: the file must be a regular file owned by the caller and not
 //! writable by group or others, in a directory that others cannot write
 //! into (or that is sticky, like /dev/shm), unless the caller opts in to
@@ -25,12 +59,16 @@
 
 use crate::error::{Error, Result};
 use crate::layout::{fh, Geometry, HEADER_SIZE};
+use crate::registry::FileId;
 use std::ffi::CString;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 
 /// How to open a cache file.
 #[derive(Debug, Clone)]
@@ -46,6 +84,13 @@ pub struct OpenOptions {
     pub recreate: bool,
     /// Accept a file owned by another user, or group/other-writable.
     pub allow_foreign_owner: bool,
+    /// Longest wait for a shard lock held by another live process. Past
+    /// it a read is a miss and a write fails with `Error::LockTimeout`;
+    /// both are counted in `lock_timeouts`.
+    pub lock_timeout: std::time::Duration,
+    /// Reserve the whole file at creation (fail at once if the file system
+    /// cannot hold it) instead of reserving space as the shards fill.
+    pub preallocate: bool,
 }
 
 impl Default for OpenOptions {
@@ -56,16 +101,33 @@ impl Default for OpenOptions {
             create: true,
             recreate: false,
             allow_foreign_owner: false,
+            lock_timeout: crate::lock::DEFAULT_LOCK_TIMEOUT,
+            preallocate: false,
         }
     }
 }
 
-/// A mapped cache file.
+/// A mapped cache file, shared (`Arc`) by every `Cache` handle of the file
+/// in this process (see `registry.rs`).
 #[derive(Debug)]
 pub(crate) struct Mapping {
     pub(crate) file: File,
     pub(crate) ptr: *mut u8,
     pub(crate) len: usize,
+    /// The file is sparse and its shards reserve space as they grow (the
+    /// header's LAZY byte, read once at open).
+    pub(crate) lazy: bool,
+    /// The file's geometry, read once at open.
+    pub(crate) geo: Geometry,
+    /// The file's `(st_dev, st_ino)`: its key in the registry.
+    id: FileId,
+    /// The process that mapped the file, and the forks it had made then.
+    pid: u32,
+    forks: u64,
+    /// How this mapping attached (for tests).
+    pub(crate) how: Attach,
+    /// The open completed: this mapping is attached and its drop detaches.
+    attached: bool,
     /// Registration with the SIGBUS handler; released before munmap.
     sigbus: Option<crate::sigbus::Guard>,
 }
@@ -79,9 +141,11 @@ unsafe impl Sync for Mapping {}
 
 impl Drop for Mapping {
     fn drop(&mut self) {
+        crate::registry::forget(self.id, self);
+        self.detach();
         drop(self.sigbus.take());
         // SAFETY: ptr/len come from a successful mmap and nobody uses the
-        // mapping after the Cache that owns it is dropped.
+        // mapping after the last Cache that shares it is dropped.
         unsafe {
             libc::munmap(self.ptr as *mut libc::c_void, self.len);
         }
@@ -89,9 +153,88 @@ impl Drop for Mapping {
 }
 
 impl Mapping {
-    fn new(file: File, ptr: *mut u8, len: usize) -> Mapping {
-        let sigbus = Some(crate::sigbus::register(ptr, len));
-        Mapping { file, ptr, len, sigbus }
+    fn new(file: File, ptr: *mut u8, geo: Geometry, lazy: bool, id: FileId) -> Mapping {
+        let len = geo.total_size();
+        let sigbus = Some(crate::sigbus::register(ptr, len, file.as_raw_fd()));
+        Mapping {
+            file,
+            ptr,
+            len,
+            lazy,
+            geo,
+            id,
+            pid: crate::lock::my_pid(),
+            forks: crate::registry::forks(),
+            how: Attach::Created,
+            attached: false,
+            sigbus,
+        }
+    }
+
+    /// The file's `(st_dev, st_ino)`.
+    pub(crate) fn id(&self) -> FileId {
+        self.id
+    }
+
+    /// The header's count of attached processes (see the module comment).
+    fn attach_count(&self) -> &AtomicU32 {
+        // SAFETY: fh::ATTACHED is a 4-aligned u32 inside the header page of
+        // the mapping, which lives as long as self; it is only accessed
+        // atomically.
+        unsafe { AtomicU32::from_ptr(self.ptr.add(fh::ATTACHED) as *mut u32) }
+    }
+
+    fn clean_state(&self) -> u8 {
+        // SAFETY: a byte inside the header.
+        unsafe { std::ptr::read_volatile(self.ptr.add(fh::CLEAN_SHUTDOWN)) }
+    }
+
+    fn set_clean_state(&self, v: u8) {
+        // SAFETY: a byte inside the header.
+        unsafe { std::ptr::write_volatile(self.ptr.add(fh::CLEAN_SHUTDOWN), v) };
+    }
+
+    /// A shard of this file was found damaged: no detach may be verified
+    /// clean until a lone opener has repaired every shard.
+    pub(crate) fn note_damage(&self) {
+        if !self.broken() {
+            self.attach_count().fetch_or(DAMAGE_SEEN, Ordering::SeqCst);
+        }
+    }
+
+    /// Whether the file records a verified clean detach, on tmpfs (asked
+    /// by the lone opener, under the exclusive lock).
+    fn detached_clean(&self) -> bool {
+        self.clean_state() == VERIFIED_CLEAN
+            && self.attach_count().load(Ordering::SeqCst) == 0
+            && (self.lazy || on_tmpfs(self.file.as_raw_fd()))
+    }
+
+    /// Detach this process from the file: the last handle of the mapping is
+    /// gone (see the module comment). The last one out goes back to the
+    /// shared lock at once, before closing: were the open file description
+    /// shared after all (a child made without `fork`), an exclusive lock
+    /// kept with it would block every later opener.
+    fn detach(&self) {
+        if !self.attached || self.broken() {
+            return;
+        }
+        if self.pid != crate::lock::my_pid() || crate::registry::forks() != self.forks {
+            // Shared with a forked child, or inherited from the parent.
+            return;
+        }
+        if try_exclusive(&self.file) {
+            let count = self.attach_count();
+            if count.load(Ordering::SeqCst) == 1 {
+                count.store(0, Ordering::SeqCst);
+                self.set_clean_state(VERIFIED_CLEAN);
+            } else {
+                self.set_clean_state(LAST_OUT);
+            }
+            release_exclusive(&self.file);
+        } else {
+            self.attach_count().fetch_sub(1, Ordering::SeqCst);
+        }
     }
 
     /// Whether another program truncated the file under the mapping (the
@@ -117,11 +260,30 @@ impl Mapping {
     }
 }
 
+/// `fh::CLEAN_SHUTDOWN` values (see the module comment).
+const ATTACHED_NOW: u8 = 0;
+const LAST_OUT: u8 = 1;
+const VERIFIED_CLEAN: u8 = 2;
+/// Bit of `fh::ATTACHED` set when a damaged shard is found.
+const DAMAGE_SEEN: u32 = 1 << 31;
+
+/// How a mapping attached to its file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Attach {
+    /// It created the file.
+    Created,
+    /// Alone, and it repaired every shard.
+    Repaired,
+    /// Alone after a verified clean detach: the shards were left as they are.
+    Clean,
+    /// Other processes were attached.
+    Shared,
+}
+
 /// The result of opening: the mapping, its geometry, and whether this
 /// process was alone (and so re-initialised the locks).
 pub(crate) struct Opened {
     pub(crate) map: Mapping,
-    pub(crate) geo: Geometry,
     /// This process was alone and re-initialised the locks.
     #[allow(dead_code)]
     pub(crate) exclusive: bool,
@@ -181,15 +343,26 @@ pub(crate) fn try_exclusive(file: &File) -> bool {
     ofd_lock(file.as_raw_fd(), libc::F_WRLCK, false).is_ok()
 }
 
-fn check_file(file: &File, path: &Path, allow_foreign: bool) -> Result<u64> {
+/// The effective uid that owns (and may open) private caches.
+fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() }
+}
+
+fn check_file(file: &File, path: &Path, allow_foreign: bool, me: u32) -> Result<std::fs::Metadata> {
     let md = file.metadata().map_err(|e| Error::io(format!("fstat {}", path.display()), e))?;
-    use std::os::unix::fs::MetadataExt;
+    check_meta(&md, path, allow_foreign, me)?;
+    Ok(md)
+}
+
+/// The checks of the cache file itself: a regular file, and unless
+/// `allow_foreign`, owned by `me` (the effective uid) and not writable by
+/// others.
+fn check_meta(md: &std::fs::Metadata, path: &Path, allow_foreign: bool, me: u32) -> Result<()> {
     if !md.file_type().is_file() {
         return Err(Error::Permission(format!("{} is not a regular file", path.display())));
     }
     if !allow_foreign {
-        // SAFETY: geteuid has no preconditions.
-        let me = unsafe { libc::geteuid() };
         if md.uid() != me {
             return Err(Error::Permission(format!(
                 "{} is owned by uid {}, not by this user (uid {me}); pass \
@@ -206,21 +379,36 @@ fn check_file(file: &File, path: &Path, allow_foreign: bool) -> Result<u64> {
             )));
         }
     }
-    Ok(md.len())
+    Ok(())
 }
 
-fn check_dir(dir: &Path, allow_foreign: bool) -> Result<()> {
-    use std::os::unix::fs::MetadataExt;
+/// The checks of the cache's directory (`me`: the effective uid).
+fn check_dir(dir: &Path, allow_foreign: bool, me: u32) -> Result<()> {
     let md = std::fs::symlink_metadata(dir)
         .map_err(|e| Error::io(format!("stat {}", dir.display()), e))?;
+    if md.file_type().is_symlink() && !allow_foreign {
+        // Whoever controls the link chooses where the cache lives.
+        return Err(Error::Permission(format!(
+            "directory {} is a symbolic link; pass allow_foreign_owner to follow it",
+            dir.display()
+        )));
+    }
     let md = if md.file_type().is_symlink() {
-        // A symlinked directory is fine if its target passes the checks.
         std::fs::metadata(dir).map_err(|e| Error::io(format!("stat {}", dir.display()), e))?
     } else {
         md
     };
     if !md.is_dir() {
         return Err(Error::Permission(format!("{} is not a directory", dir.display())));
+    }
+    if !allow_foreign && md.uid() != me && md.uid() != 0 {
+        // Another user's directory: they can replace or remove the file.
+        return Err(Error::Permission(format!(
+            "directory {} belongs to uid {}, not to this user (uid {me}) or root; pass \
+             allow_foreign_owner to share a cache between users",
+            dir.display(),
+            md.uid()
+        )));
     }
     let sticky = md.mode() & 0o1000 != 0;
     if !allow_foreign && md.mode() & 0o002 != 0 && !sticky {
@@ -254,7 +442,6 @@ pub fn default_directory() -> Result<PathBuf> {
     };
     let dir = base.join(format!("nearcache-{uid}"));
     ensure_private_dir(&dir)?;
-    use std::os::unix::fs::MetadataExt;
     let md = std::fs::symlink_metadata(&dir)
         .map_err(|e| Error::io(format!("stat {}", dir.display()), e))?;
     if md.file_type().is_symlink() || !md.is_dir() {
@@ -317,7 +504,8 @@ fn map(file: &File, len: usize) -> Result<*mut u8> {
     Ok(p as *mut u8)
 }
 
-fn read_header(file: &File, len: u64) -> Result<Geometry> {
+/// The geometry, and whether the file is lazily reserved.
+fn read_header(file: &File, len: u64) -> Result<(Geometry, bool)> {
     let mut buf = vec![0u8; HEADER_SIZE];
     use std::os::unix::fs::FileExt;
     if len < HEADER_SIZE as u64 {
@@ -329,7 +517,38 @@ fn read_header(file: &File, len: u64) -> Result<Geometry> {
     if buf[fh::READY] == 0 {
         return Err(Error::Corrupt("file was never fully initialised".into()));
     }
-    Geometry::read_header(&buf, len)
+    Ok((Geometry::read_header(&buf, len)?, buf[fh::LAZY] == 1))
+}
+
+/// Reserve `len` bytes of the file from `off` (`fallocate`, mode 0: the
+/// size is unchanged, ranges already reserved cost nothing). Retries EINTR.
+pub(crate) fn reserve(fd: i32, off: usize, len: usize) -> io::Result<()> {
+    loop {
+        // SAFETY: fd is an open descriptor; fallocate reads no memory of ours.
+        let rc = unsafe { libc::fallocate(fd, 0, off as libc::off_t, len as libc::off_t) };
+        if rc == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Whether `fd` is a file on tmpfs (`/dev/shm` and the like).
+fn on_tmpfs(fd: i32) -> bool {
+    // SAFETY: a zeroed statfs is a valid out-parameter; fd is open.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let rc = unsafe { libc::fstatfs(fd, &mut st) };
+    rc == 0 && st.f_type == libc::TMPFS_MAGIC
+}
+
+/// Whether an error of a growth reservation means "no room" (full file
+/// system, quota, file size limit), as opposed to a broken call.
+pub(crate) fn is_no_room(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EFBIG) | Some(libc::EDQUOT))
 }
 
 /// Open or create the cache file at `path`. `init_shards` is called on a
@@ -348,12 +567,14 @@ pub(crate) fn open(
     if opts.create && !dir.exists() {
         ensure_private_dir(dir)?;
     }
-    check_dir(dir, opts.allow_foreign_owner)?;
+    let me = euid();
+    check_dir(dir, opts.allow_foreign_owner, me)?;
     for _attempt in 0..8 {
         if let Some(file) = open_existing(path)? {
-            let len = check_file(&file, path, opts.allow_foreign_owner)?;
+            let md = check_file(&file, path, opts.allow_foreign_owner, me)?;
+            let (len, id) = (md.len(), (md.dev(), md.ino()));
             let exclusive = attach_lock(file.as_raw_fd())?;
-            let geo = match read_header(&file, len) {
+            let (geo, lazy) = match read_header(&file, len) {
                 Ok(g) => g,
                 Err(e @ (Error::Corrupt(_) | Error::Incompatible(_)))
                     if opts.recreate && wanted.is_some() =>
@@ -384,12 +605,24 @@ pub(crate) fn open(
                 }
             }
             let ptr = map(&file, geo.total_size())?;
-            let m = Mapping::new(file, ptr, geo.total_size());
+            let mut m = Mapping::new(file, ptr, geo, lazy, id);
             if exclusive {
-                reattach(&m, &geo)?;
+                if m.detached_clean() {
+                    m.how = Attach::Clean;
+                } else {
+                    reattach(&m, &geo)?;
+                    m.how = Attach::Repaired;
+                }
+                // We are alone (exclusive lock): the only one counted.
+                m.attach_count().store(1, Ordering::SeqCst);
+                m.set_clean_state(ATTACHED_NOW);
                 downgrade(m.file.as_raw_fd())?;
+            } else {
+                m.attach_count().fetch_add(1, Ordering::SeqCst);
+                m.how = Attach::Shared;
             }
-            return Ok(Opened { map: m, geo, exclusive });
+            m.attached = true;
+            return Ok(Opened { map: m, exclusive });
         }
         if !opts.create {
             return Err(Error::io(
@@ -403,7 +636,7 @@ pub(crate) fn open(
                 path.display()
             ))
         })?;
-        if let Some(opened) = create(path, &geo, init_shards)? {
+        if let Some(opened) = create(path, &geo, opts.preallocate, init_shards)? {
             return Ok(opened);
         }
         // Lost a creation race: open the winner's file.
@@ -414,9 +647,72 @@ pub(crate) fn open(
     })
 }
 
+/// This process's mapping of `path`, if it has one that a normal open with
+/// `opts` would accept as it is: shared instead of mapping the file again.
+///
+/// Every check of a normal open is made again, from a stat of the path
+/// instead of the opened descriptor: the path must still name the mapped
+/// file (same device and inode: a file replaced on disk is opened anew),
+/// not through a symbolic link; the directory and the file must pass the
+/// permission and ownership checks; the file must still have its size and
+/// a valid header describing the mapped geometry, and the geometry must be
+/// the one asked for (or `size` is None). The mapping must not have been
+/// broken by a truncation. `recreate` always opens normally. `None` on any
+/// doubt: the caller then opens normally, which reports any error exactly
+/// as before.
+pub(crate) fn reopen(path: &Path, opts: &OpenOptions) -> Option<Arc<Mapping>> {
+    if opts.recreate || crate::registry::is_empty() {
+        return None;
+    }
+    let md = std::fs::symlink_metadata(path).ok()?;
+    let m = crate::registry::lookup((md.dev(), md.ino()))?;
+    if m.broken() || md.len() != m.len as u64 {
+        return None;
+    }
+    if let Some(size) = opts.size {
+        let w = Geometry::for_size(size, opts.shards).ok()?;
+        if w.shard_count != m.geo.shard_count || w.shard_size != m.geo.shard_size {
+            return None;
+        }
+    }
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let me = euid();
+    check_dir(dir, opts.allow_foreign_owner, me).ok()?;
+    check_meta(&md, path, opts.allow_foreign_owner, me).ok()?;
+    // The header as a normal open would read it, from the mapping.
+    let mut buf = [0u8; HEADER_SIZE];
+    // SAFETY: the mapping starts with the HEADER_SIZE-byte file header,
+    // whose fields end with LAZY; they are copied out, never referenced.
+    unsafe { std::ptr::copy_nonoverlapping(m.ptr, buf.as_mut_ptr(), fh::LAZY + 8) };
+    if buf[fh::READY] == 0 || Geometry::read_header(&buf, md.len()).ok()? != m.geo {
+        return None;
+    }
+    Some(m)
+}
+
 /// Unlink `path` if it still names the file we have open.
+///
+/// The check and the unlink run under an exclusive `flock` of the
+/// directory, taken by every remover: otherwise two recreators could both
+/// see the old file, one replace it, and the other then unlink the
+/// replacement, leaving them on different files. (A creator never needs the
+/// lock: `link` never replaces a name, so while the old file is at `path`
+/// nobody can publish a new one there.)
 fn remove_if_same(path: &Path, file: &File) -> Result<()> {
-    use std::os::unix::fs::MetadataExt;
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir_file = std::fs::File::open(dir)
+        .map_err(|e| Error::io(format!("open directory {}", dir.display()), e))?;
+    loop {
+        // SAFETY: dir_file is an open descriptor; the lock is released when
+        // it is closed at the end of this function.
+        if unsafe { libc::flock(dir_file.as_raw_fd(), libc::LOCK_EX) } == 0 {
+            break;
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(Error::io(format!("flock {}", dir.display()), e));
+        }
+    }
     let ours = file.metadata().map_err(|e| Error::io("fstat", e))?;
     if let Ok(md) = std::fs::symlink_metadata(path) {
         if md.ino() == ours.ino() && md.dev() == ours.dev() {
@@ -531,8 +827,11 @@ fn publish(file: &File, staging: &Staging, path: &Path) -> io::Result<()> {
 fn create(
     path: &Path,
     geo: &Geometry,
+    preallocate: bool,
     init_shards: &dyn Fn(&Mapping, &Geometry) -> Result<()>,
 ) -> Result<Option<Opened>> {
+    // A random hash seed per file (see hash.rs), fixed for the file's life.
+    let geo = &Geometry { seed: crate::hash::random_seed()?, ..*geo };
     let (file, staging) = open_staging(path)?;
     let fd = file.as_raw_fd();
     let remove_staged = || {
@@ -545,22 +844,50 @@ fn create(
         e
     };
     let total = geo.total_size();
+    let no_room = |what: usize, e: io::Error| {
+        if is_no_room(&e) {
+            Error::Full(format!("cannot reserve {what} bytes for {}: {e}", path.display()))
+        } else {
+            Error::io("fallocate", e)
+        }
+    };
+    // A sparse file of the full size whose header page is reserved; the
+    // shards reserve their own headers in init_shards and the rest as they
+    // fill. Where fallocate is unsupported (or on request) reserve it all.
     // SAFETY: fd is open for writing.
-    let rc = unsafe { libc::posix_fallocate(fd, 0, total as libc::off_t) };
-    if rc != 0 {
-        let e = io::Error::from_raw_os_error(rc);
-        return Err(cleanup(match rc {
-            libc::ENOSPC | libc::EFBIG => {
-                Error::Full(format!("cannot reserve {total} bytes for {}: {e}", path.display()))
-            }
-            _ => Error::io("posix_fallocate", e),
-        }));
+    if unsafe { libc::ftruncate(fd, total as libc::off_t) } != 0 {
+        return Err(cleanup(no_room(total, io::Error::last_os_error())));
     }
+    // Lazy on tmpfs only, where the file's pages are the memory it holds
+    // and fallocate is an in-memory operation. On a disk file system the
+    // pages are reclaimable page cache, and fallocate can wait for the
+    // journal for milliseconds, which inside a shard lock would cost other
+    // processes lock timeouts: reserve everything at creation there.
+    let lazy = !preallocate
+        && on_tmpfs(fd)
+        && match reserve(fd, 0, HEADER_SIZE) {
+            Ok(()) => true,
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS)) => {
+                false
+            }
+            Err(e) => return Err(cleanup(no_room(HEADER_SIZE, e))),
+        };
+    if !lazy {
+        // SAFETY: fd is open for writing.
+        let rc = unsafe { libc::posix_fallocate(fd, 0, total as libc::off_t) };
+        if rc != 0 {
+            return Err(cleanup(no_room(total, io::Error::from_raw_os_error(rc))));
+        }
+    }
+    let md = file.metadata().map_err(|e| cleanup(Error::io("fstat new cache file", e)))?;
     let ptr = map(&file, total).map_err(cleanup)?;
-    let m = Mapping::new(file, ptr, total);
+    let mut m = Mapping::new(file, ptr, *geo, lazy, (md.dev(), md.ino()));
     ofd_lock(fd, libc::F_WRLCK, false).map_err(|e| cleanup(Error::io("OFD lock new file", e)))?;
     let mut header = vec![0u8; HEADER_SIZE];
     geo.write_header(&mut header, crate::shard::now_ms());
+    header[fh::LAZY] = lazy as u8;
+    // The creator is attached, alone.
+    header[fh::ATTACHED..fh::ATTACHED + 4].copy_from_slice(&1u32.to_ne_bytes());
     // SAFETY: the mapping is at least HEADER_SIZE bytes and not yet shared.
     unsafe { std::ptr::copy_nonoverlapping(header.as_ptr(), m.ptr, HEADER_SIZE) };
     init_shards(&m, geo).map_err(cleanup)?;
@@ -575,5 +902,6 @@ fn create(
         return Err(Error::io(format!("link {}", path.display()), e));
     }
     downgrade(fd)?;
-    Ok(Some(Opened { map: m, geo: *geo, exclusive: true }))
+    m.attached = true;
+    Ok(Some(Opened { map: m, exclusive: true }))
 }

@@ -2,8 +2,12 @@
 //!
 //! The hash must be identical in every process and every version that opens
 //! the same file, so it is xxh3-64 over the raw key bytes with a seed that is
-//! recorded in the file header (never `std::hash::Hash`, never a random
-//! seed). One 64-bit hash is split three ways:
+//! recorded in the file header (never `std::hash::Hash`). The seed is drawn
+//! at random (`getrandom`) when a file is created and never changes for the
+//! life of that file: whoever chooses keys (URLs, user ids) cannot compute
+//! offline which keys share a shard and a first probe slot, so cannot make
+//! linear probing scan long runs under the lock or evict a shard's other
+//! entries on purpose. One 64-bit hash is split three ways:
 //!
 //! * bits 0..16  pick the shard (`hash & (shards - 1)`, shards <= 65536),
 //! * bits 16..   pick the first probe slot inside the shard's index,
@@ -15,8 +19,30 @@
 /// Identifier of the hash function, recorded in the file header.
 pub const HASH_XXH3_64: u32 = 1;
 
-/// Seed written into newly created files ("nearcach" in ASCII).
+/// Seed of files created before seeds were random ("nearcach" in ASCII);
+/// still read from such files. New files get [`random_seed`].
 pub const DEFAULT_SEED: u64 = 0x6e65_6172_6361_6368;
+
+/// A fresh random seed for a new file, from the kernel's CSPRNG.
+pub fn random_seed() -> crate::error::Result<u64> {
+    let mut buf = [0u8; 8];
+    let mut got = 0;
+    while got < buf.len() {
+        // SAFETY: buf[got..] is writable for buf.len() - got bytes.
+        let n = unsafe {
+            libc::getrandom(buf[got..].as_mut_ptr() as *mut libc::c_void, buf.len() - got, 0)
+        };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(crate::error::Error::io("getrandom (hash seed)", e));
+        }
+        got += n as usize;
+    }
+    Ok(u64::from_ne_bytes(buf))
+}
 
 /// Hash `key` with `seed`.
 #[inline]
@@ -53,6 +79,13 @@ mod tests {
         assert_eq!(hash_key(DEFAULT_SEED, b"nearcache"), hash_key(DEFAULT_SEED, b"nearcache"));
         assert_ne!(hash_key(DEFAULT_SEED, b"a"), hash_key(DEFAULT_SEED, b"b"));
         assert_ne!(hash_key(1, b"a"), hash_key(2, b"a"));
+    }
+
+    #[test]
+    fn random_seeds_differ() {
+        let a = random_seed().unwrap();
+        let b = random_seed().unwrap();
+        assert_ne!(a, b, "two draws of 64 random bits");
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! file  = [file header, HEADER_SIZE bytes][shard 0][shard 1]...[shard n-1]
+//! file header = [fields, 96 bytes][unused][per-CPU counter stripes, from 128]
 //! shard = [shard header, SHARD_HEADER_SIZE bytes]
 //!         [slot index: slots_per_shard x u64]
 //!         [arena: entries appended in insertion order, 8-byte aligned]
@@ -22,8 +23,9 @@ use crate::lock::MUTEX_BYTES;
 
 /// "NEARCACH" — the first eight bytes of every cache file.
 pub const MAGIC: [u8; 8] = *b"NEARCACH";
-/// Bumped whenever the layout changes incompatibly.
-pub const LAYOUT_VERSION: u32 = 1;
+/// Bumped whenever the layout changes incompatibly. Version 2: the shard
+/// lock is the engine's futex word (see `lock.rs`), not a pthread mutex.
+pub const LAYOUT_VERSION: u32 = 2;
 /// Size of the file header; shards start here, page-aligned.
 pub const HEADER_SIZE: usize = 4096;
 /// Shard sizes are multiples of this.
@@ -40,6 +42,19 @@ pub const MAX_SHARD_SIZE: usize = 1 << 34;
 pub const MAX_SHARDS: usize = 1 << 16;
 /// Longest key accepted.
 pub const MAX_KEY_LEN: usize = 64 * 1024;
+/// Largest entry any cache accepts: value lengths are stored as u32.
+pub const MAX_ENTRY_SIZE: usize = u32::MAX as usize & !7;
+/// A lazy file's arena grows by reservations of this many bytes (or the
+/// entry being written, if larger): the most a shard holds beyond its
+/// entries, and the spacing of `fallocate` calls while a shard fills.
+pub const GROW_CHUNK: usize = 16 * 1024;
+/// Dead bytes a lazy shard may carry before it compacts instead of
+/// growing (a compaction moves the live entries: doing one every few
+/// overwrites of a small shard would slow sets down).
+pub const DEAD_SLACK: usize = 64 * 1024;
+/// Index slots a lazy shard starts with (one page of slots); the index
+/// doubles, up to `slots_per_shard`, when it reaches its load limit.
+pub const MIN_ACTIVE_SLOTS: usize = 512;
 /// Default target size of one shard when the caller leaves the count open:
 /// small enough that a compaction pause stays short.
 pub const TARGET_SHARD_SIZE: usize = 2 * 1024 * 1024;
@@ -60,15 +75,29 @@ pub mod fh {
     pub const CHECKSUM: usize = 64;
     /// 1 once the creator finished initialising every shard.
     pub const READY: usize = 72;
-    /// 1 after the last process detached cleanly, 0 while attached.
+    /// A byte: 0 while attached; 1 after the last process detached; 2 after
+    /// the last process detached and found that every process attached
+    /// since the last repair of the shards detached cleanly (`file.rs`).
     pub const CLEAN_SHUTDOWN: usize = 80;
+    /// A u32 in the same word: processes attached (bit 31: a damaged shard
+    /// was found), counted for the clean-detach check (`file.rs`).
+    pub const ATTACHED: usize = 84;
+    /// 1 if the file is sparse and its shards reserve space as they grow
+    /// (see `shard.rs`); 0 in files allocated in full at creation (every
+    /// file written before lazy reservation, and `preallocate`).
+    pub const LAZY: usize = 88;
+    /// End of the fields above.
+    pub const FIELDS_END: usize = 96;
     /// Fields [0, FIXED_END) are written once at creation.
     pub const FIXED_END: usize = 64;
+    /// Per-CPU hit and miss counters, from here to the end of the header
+    /// (see `counters.rs`).
+    pub const STRIPES: usize = 128;
 }
 
 /// Offsets of the shard header fields (u64 each unless noted).
 pub mod sh {
-    /// The robust mutex (MUTEX_BYTES bytes).
+    /// The lock word (a u32; MUTEX_BYTES bytes are reserved).
     pub const MUTEX: usize = 0;
     /// Odd while the shard is being changed; a dead owner with an odd seq
     /// left the shard half-written and it is reset.
@@ -100,6 +129,24 @@ pub mod sh {
     /// (file truncated and extended again, say) no longer holds a robust,
     /// process-shared mutex, and locking it could lose wake-ups forever.
     pub const MAGIC: usize = 192;
+    /// Lock waits that ran out of time (updated atomically, without the lock).
+    pub const LOCK_TIMEOUTS: usize = 200;
+    /// Nonzero while a write that moves or clears entries (compaction,
+    /// reset) runs: a holder that dies then leaves nothing to salvage.
+    pub const REWRITING: usize = 208;
+    /// Repairs after a holder died mid-write that kept the complete entries.
+    pub const SALVAGES: usize = 216;
+    /// Entries dropped by repairs and resets after a crash or corruption.
+    pub const ENTRIES_LOST: usize = 224;
+    /// Lazy files only: bytes of the arena reserved in the file (from the
+    /// arena's start), the high-water mark of growth. Only raised, under
+    /// the lock, after the space was reserved. 0 in preallocated files.
+    pub const ARENA_RESERVED: usize = 232;
+    /// Lazy files only: slots of the index in use (a power of two from
+    /// `initial_active_slots` to `slots_per_shard`); the index words up to
+    /// there are reserved, the rest of the index is a hole never touched.
+    /// 0 in preallocated files.
+    pub const ACTIVE_SLOTS: usize = 240;
 }
 
 /// Value of `sh::MAGIC` in every initialised shard ("NCSHARD1").
@@ -125,7 +172,7 @@ pub const STATE_DEAD: u32 = 2;
 pub const TOMBSTONE: u64 = u64::MAX;
 
 const _: () = assert!(MUTEX_BYTES <= sh::SEQ);
-const _: () = assert!(sh::MAGIC + 8 <= SHARD_HEADER_SIZE);
+const _: () = assert!(sh::ACTIVE_SLOTS + 8 <= SHARD_HEADER_SIZE);
 
 /// Bytes an entry with these lengths occupies in the arena.
 #[inline]
@@ -205,10 +252,18 @@ impl Geometry {
         self.shard_size - self.arena_offset()
     }
 
+    /// Index slots a lazy shard starts with.
+    pub fn initial_active_slots(&self) -> usize {
+        MIN_ACTIVE_SLOTS.min(self.slots_per_shard)
+    }
+
     /// The largest entry (header + key + value, padded) a set accepts.
     /// Half the arena: compaction can always make room for it.
+    /// Never above `u32::MAX`: an entry stores its key and value lengths
+    /// as 32-bit words, and a longer value would be cut (its tail then
+    /// parsed as entries of its own).
     pub fn max_entry_size(&self) -> usize {
-        (self.arena_size() / 2) & !7
+        (self.arena_size() / 2).min(MAX_ENTRY_SIZE) & !7
     }
 
     /// Check that the geometry is self-consistent and within limits.
@@ -351,6 +406,23 @@ mod tests {
         assert!(g.max_entry_size() > 512 * 1024);
         let tiny = Geometry::for_size(HEADER_SIZE + MIN_SHARD_SIZE, 0).unwrap();
         assert_eq!(tiny.shard_count, 1);
+    }
+
+    #[test]
+    fn entry_limit_never_exceeds_the_32_bit_length_fields() {
+        // A 16 GiB shard: half its arena is far above u32::MAX. Before the
+        // cap, a 4 GiB + 64 byte value passed the size check and was stored
+        // with its length cut to 64 bytes.
+        let g = Geometry {
+            shard_count: 1,
+            shard_size: MAX_SHARD_SIZE,
+            slots_per_shard: 1 << 20,
+            seed: 0,
+        };
+        g.validate().unwrap();
+        assert!(g.arena_size() / 2 > u32::MAX as usize);
+        assert!(g.max_entry_size() <= u32::MAX as usize);
+        assert!(entry_size(0, u32::MAX as usize + 1) > g.max_entry_size());
     }
 
     #[test]

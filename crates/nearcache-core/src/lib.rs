@@ -2,14 +2,20 @@
 //!
 //! One fixed-size file is mapped `MAP_SHARED` by every process that opens
 //! it. The file is split into power-of-two many shards; each shard has a
-//! robust process-shared mutex, an open-addressing index and an append-only
-//! arena evicted by SIEVE during compaction. See the module docs:
+//! robust process-shared lock, an open-addressing index and an append-only
+//! arena evicted by SIEVE during compaction. Writers take the shard's lock;
+//! gets read optimistically, validated by the shard's sequence word, and
+//! write nothing shared on a hit. See the module docs:
 //!
 //! * [`layout`] — the on-file format and its geometry checks,
-//! * [`lock`] — robust pthread mutexes and owner-death recovery,
-//! * `shard` — index, arena, compaction and eviction,
+//! * [`lock`] — the futex shard lock, owner-death recovery, bounded waits,
+//! * `shard` — index, arena, compaction, eviction and optimistic reads,
+//! * `counters` — hit and miss counters striped per CPU,
 //! * [`file`] — safe creation, attachment and permission checks,
+//! * `registry` — one mapping per file and process, shared by its handles,
 //! * [`cache`] — the public API routing keys to shards,
+//! * [`keys`] — the injective stored form of text, bytes and integer keys
+//!   that every binding uses,
 //! * `sigbus` — surviving a file truncated by another program while mapped.
 //!
 //! This crate has no Python dependency; all `unsafe` code of nearcache lives
@@ -29,11 +35,14 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod cache;
+mod counters;
 pub mod error;
 pub mod file;
 pub mod hash;
+pub mod keys;
 pub mod layout;
 pub mod lock;
+mod registry;
 mod shard;
 mod sigbus;
 pub mod stats;

@@ -1,114 +1,392 @@
-//! Robust, process-shared pthread mutexes living inside the mapping.
+//! The shard lock: an engine-owned futex lock inside the mapping, with
+//! owner-liveness checks and bounded waits.
 //!
-//! Each shard header starts with a `pthread_mutex_t` initialised with
-//! `PTHREAD_PROCESS_SHARED` and `PTHREAD_MUTEX_ROBUST`. Uncontended, locking
-//! is a user-space atomic (no syscall), unlike the fcntl locks older shared
-//! caches use. If a holder dies (even by SIGKILL) the kernel marks the mutex
-//! and the next locker gets `EOWNERDEAD`: it then owns the mutex, repairs
-//! the shard (see `shard.rs`) and calls `pthread_mutex_consistent`.
+//! Each shard header starts with one 32-bit lock word:
 //!
-//! Invariants:
-//! * the mutex storage is `MUTEX_BYTES` bytes, 64-byte aligned, at offset 0
-//!   of every shard; `pthread_mutex_t` is smaller on every Linux target;
-//! * `std::sync::Mutex` is never placed in shared memory (private futexes
-//!   lose wake-ups across processes);
-//! * a mutex is only (re)initialised by a process that holds the file's
-//!   exclusive OFD lock, i.e. when no other process has the file open.
+//! ```text
+//! 0                      free
+//! pid                    held by a thread of process `pid`
+//! pid | WAITERS          held, and someone may sleep on the futex
+//! OWNER_GONE [| WAITERS] the holder's process lost the shard (its mapping
+//!                        was truncated under it): the next locker repairs
+//! ```
+//!
+//! Uncontended, lock and unlock are one atomic instruction each (no
+//! syscall). A contended locker sleeps on the (process-shared) futex in
+//! slices of [`WAIT_SLICE`], and between slices checks that the holder's
+//! process is alive (`kill(pid, 0)`). A dead holder (even SIGKILLed), a
+//! word that names no possible process (scribbled by another program), or
+//! `OWNER_GONE` is taken over with a compare-and-swap and reported as
+//! [`Acquired::OwnerDied`]: the caller validates and repairs the shard.
+//! A live holder that does not let go (stopped with SIGSTOP, under a
+//! debugger, dumping core) makes the wait end at its deadline with
+//! [`Error::LockTimeout`]: a cache never hangs its caller. At the deadline
+//! a holder whose process is still running or runnable (merely preempted on
+//! an overloaded machine) gets more time, up to [`OVERLOAD_FACTOR`] times
+//! the timeout, so load alone does not turn into spurious timeouts.
+//!
+//! Why not a robust pthread mutex (what this replaced): glibc asserts and
+//! aborts the process on a scribbled mutex word, `pthread_mutex_lock` has
+//! no bound, and the kernel's robust-list cleanup writes through the
+//! process's own mapping, which the SIGBUS handler may have replaced.
+//!
+//! Limits, documented in docs/reliability.md: every process sharing a file
+//! must live in the same PID namespace (the word holds a pid); if a dead
+//! holder's pid is reused by an unrelated process before anyone notices,
+//! lockers time out (never hang) until that process exits; a program
+//! that can write the file can always break mutual exclusion (then
+//! operations return misses, errors or reset shards, never crash).
 
 use crate::error::{Error, Result};
-use std::io;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
-/// Bytes reserved for a mutex in each shard header.
+/// Bytes reserved for the lock in each shard header (one word is used; the
+/// rest keeps the header layout of earlier versions).
 pub const MUTEX_BYTES: usize = 64;
 
-const _: () = assert!(std::mem::size_of::<libc::pthread_mutex_t>() <= MUTEX_BYTES);
+/// Bit set in the lock word while a locker may be sleeping on it.
+pub const WAITERS: u32 = 1 << 31;
+/// Owner value of a lock whose holder lost the mapping (see module docs).
+pub const OWNER_GONE: u32 = WAITERS - 1;
+/// Largest pid Linux hands out (`PID_MAX_LIMIT`, 2^22).
+const PID_MAX_LIMIT: u32 = 1 << 22;
+/// A contended locker re-checks the holder's liveness this often.
+pub const WAIT_SLICE: Duration = Duration::from_millis(5);
+/// A wait past the timeout goes on, up to this many times the timeout, while
+/// the holder's process is running or runnable (not stopped or traced).
+pub const OVERLOAD_FACTOR: u32 = 20;
+/// Default bound on one lock wait.
+pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_millis(50);
 
 /// How a lock was obtained.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Acquired {
-    /// The mutex was free or released normally.
+    /// The lock was free or released normally.
     Clean,
-    /// The previous owner died while holding it; the caller must repair the
-    /// protected data and then call [`make_consistent`].
+    /// The previous holder died or lost the shard, or the word was
+    /// scribbled: the protected data must be validated and repaired.
     OwnerDied,
 }
 
-/// Initialise a robust, process-shared mutex at `m`.
-///
-/// # Safety
-/// `m` must point to `MUTEX_BYTES` writable bytes of the mapping, suitably
-/// aligned, that no other process is using as a mutex right now.
-pub unsafe fn init(m: *mut libc::pthread_mutex_t) -> Result<()> {
-    // SAFETY: an all-zero pthread_mutexattr_t is a valid value to pass to
-    // pthread_mutexattr_init, which initialises it before any other use.
-    let mut attr: libc::pthread_mutexattr_t = unsafe { std::mem::zeroed() };
-    // SAFETY: attr is a local, destroyed on every path below.
-    let rc = unsafe { libc::pthread_mutexattr_init(&mut attr) };
-    if rc != 0 {
-        return Err(Error::io("pthread_mutexattr_init", io::Error::from_raw_os_error(rc)));
-    }
-    // SAFETY: attr was initialised above; m points to MUTEX_BYTES writable,
-    // aligned bytes that nobody else uses as a mutex (caller's contract).
-    let result = (|| unsafe {
-        let rc = libc::pthread_mutexattr_setpshared(&mut attr, libc::PTHREAD_PROCESS_SHARED);
-        if rc != 0 {
-            return Err(Error::io(
-                "pthread_mutexattr_setpshared",
-                io::Error::from_raw_os_error(rc),
-            ));
-        }
-        let rc = libc::pthread_mutexattr_setrobust(&mut attr, libc::PTHREAD_MUTEX_ROBUST);
-        if rc != 0 {
-            return Err(Error::io("pthread_mutexattr_setrobust", io::Error::from_raw_os_error(rc)));
-        }
-        std::ptr::write_bytes(m as *mut u8, 0, MUTEX_BYTES);
-        let rc = libc::pthread_mutex_init(m, &attr);
-        if rc != 0 {
-            return Err(Error::io("pthread_mutex_init", io::Error::from_raw_os_error(rc)));
-        }
-        Ok(())
-    })();
-    // SAFETY: attr was initialised by pthread_mutexattr_init.
-    unsafe { libc::pthread_mutexattr_destroy(&mut attr) };
-    result
+/// This process's id, cached (a fork resets it through `pthread_atfork`).
+static MY_PID: AtomicU32 = AtomicU32::new(0);
+
+extern "C" fn forget_pid_in_child() {
+    MY_PID.store(0, Ordering::Relaxed);
 }
 
-/// Lock the mutex at `m`, blocking.
+/// The id written into lock words held by this process.
+#[inline]
+pub fn my_pid() -> u32 {
+    let p = MY_PID.load(Ordering::Relaxed);
+    if p != 0 {
+        return p;
+    }
+    static ATFORK: std::sync::Once = std::sync::Once::new();
+    ATFORK.call_once(|| {
+        // SAFETY: registering a plain function with no preconditions.
+        unsafe { libc::pthread_atfork(None, None, Some(forget_pid_in_child)) };
+    });
+    // SAFETY: getpid has no preconditions.
+    let p = unsafe { libc::getpid() } as u32;
+    MY_PID.store(p, Ordering::Relaxed);
+    p
+}
+
+/// Whether a process with id `pid` may still hold a lock.
+fn holder_alive(owner: u32) -> bool {
+    if owner == 0 || owner >= PID_MAX_LIMIT {
+        return false; // OWNER_GONE, or a word no process could have written
+    }
+    // SAFETY: kill with signal 0 only checks for existence and permission.
+    let rc = unsafe { libc::kill(owner as libc::pid_t, 0) };
+    rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+/// Whether process `pid` is running, runnable or in an uninterruptible
+/// wait (state R or D in /proc/<pid>/stat), i.e. will release soon; false
+/// for stopped (T), traced (t), sleeping (S) or unknown.
+fn holder_running(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read(format!("/proc/{pid}/stat")) else { return false };
+    // "pid (comm) S ...": the state follows the last ')'.
+    let Some(close) = stat.iter().rposition(|&b| b == b')') else { return false };
+    matches!(stat.get(close + 2), Some(b'R') | Some(b'D'))
+}
+
+fn futex(word: &AtomicU32, op: libc::c_int, val: u32, timeout: Option<Duration>) {
+    let ts = timeout.map(|t| libc::timespec {
+        tv_sec: t.as_secs() as libc::time_t,
+        tv_nsec: t.subsec_nanos() as libc::c_long,
+    });
+    let ts_ptr = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: word is a live, aligned u32; the futex is process-shared
+    // (no FUTEX_PRIVATE_FLAG) because the word lives in a MAP_SHARED file.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), op, val, ts_ptr, std::ptr::null::<u32>(), 0)
+    };
+}
+
+/// The lock word at `w`.
 ///
 /// # Safety
-/// `m` must point to a mutex initialised by [`init`] inside a live mapping.
-pub unsafe fn lock(m: *mut libc::pthread_mutex_t) -> Result<Acquired> {
-    // SAFETY: m is an initialised mutex in a live mapping (caller's contract).
-    match unsafe { libc::pthread_mutex_lock(m) } {
-        0 => Ok(Acquired::Clean),
-        libc::EOWNERDEAD => Ok(Acquired::OwnerDied),
-        libc::ENOTRECOVERABLE => Err(Error::Corrupt(
-            "shard lock is unrecoverable (an earlier owner died and nobody repaired it); \
-             reopen the cache once no process has it open"
-                .into(),
-        )),
-        rc => Err(Error::io("pthread_mutex_lock", io::Error::from_raw_os_error(rc))),
+/// `w` must point to an aligned u32 inside a live mapping.
+unsafe fn word<'a>(w: *mut u32) -> &'a AtomicU32 {
+    // SAFETY: aligned, live (caller's contract); AtomicU32 has the layout of
+    // u32, and all access to the word goes through atomics.
+    unsafe { AtomicU32::from_ptr(w) }
+}
+
+/// Initialise (free) the lock word at `w`.
+///
+/// # Safety
+/// `w` must point to an aligned u32 of the mapping that no other process is
+/// using as a lock right now (creation, or holding the exclusive attach lock).
+pub unsafe fn init(w: *mut u32) {
+    // SAFETY: caller's contract.
+    unsafe { word(w) }.store(0, Ordering::Release);
+}
+
+/// Lock the word at `w`, waiting at most `timeout`.
+///
+/// # Safety
+/// `w` must point to an aligned u32 lock word inside a live mapping.
+pub unsafe fn lock(w: *mut u32, timeout: Duration) -> Result<Acquired> {
+    // SAFETY: caller's contract.
+    let word = unsafe { word(w) };
+    let me = my_pid();
+    if word.compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+        held::set(w as usize);
+        return Ok(Acquired::Clean);
+    }
+    let how = lock_slow(word, me, timeout)?;
+    held::set(w as usize);
+    Ok(how)
+}
+
+#[cold]
+fn lock_slow(word: &AtomicU32, me: u32, timeout: Duration) -> Result<Acquired> {
+    let start = Instant::now();
+    loop {
+        let cur = word.load(Ordering::Relaxed);
+        if cur == 0 {
+            // Having waited, take it as contended: others may sleep too.
+            if word.compare_exchange(0, me | WAITERS, Ordering::Acquire, Ordering::Relaxed).is_ok()
+            {
+                return Ok(Acquired::Clean);
+            }
+            continue;
+        }
+        if !holder_alive(cur & !WAITERS) {
+            if word
+                .compare_exchange(cur, me | WAITERS, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                return Ok(Acquired::OwnerDied);
+            }
+            continue;
+        }
+        if cur & WAITERS == 0
+            && word
+                .compare_exchange(cur, cur | WAITERS, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            continue;
+        }
+        let waited = start.elapsed();
+        if waited >= timeout {
+            // A holder that is merely slow (preempted on a loaded machine,
+            // faulting pages in) gets up to OVERLOAD_FACTOR times longer; a
+            // stopped or traced one does not.
+            let cap = timeout.saturating_mul(OVERLOAD_FACTOR);
+            if waited >= cap || !holder_running(cur & !WAITERS) {
+                return Err(Error::LockTimeout { waited_ms: waited.as_millis() as u64 });
+            }
+        }
+        let slice = WAIT_SLICE.min(if waited < timeout {
+            timeout - waited
+        } else {
+            timeout.saturating_mul(OVERLOAD_FACTOR).saturating_sub(waited)
+        });
+        futex(word, libc::FUTEX_WAIT, cur | WAITERS, Some(slice));
     }
 }
 
-/// Mark a mutex obtained with [`Acquired::OwnerDied`] usable again.
+/// Unlock the word at `w`.
 ///
 /// # Safety
-/// The caller must hold `m` (obtained with `OwnerDied`).
-pub unsafe fn make_consistent(m: *mut libc::pthread_mutex_t) -> Result<()> {
-    // SAFETY: the caller holds m, obtained with EOWNERDEAD.
-    match unsafe { libc::pthread_mutex_consistent(m) } {
-        0 => Ok(()),
-        rc => Err(Error::io("pthread_mutex_consistent", io::Error::from_raw_os_error(rc))),
+/// The calling thread must hold the lock at `w`.
+pub unsafe fn unlock(w: *mut u32) {
+    held::set(0);
+    // SAFETY: caller's contract.
+    let word = unsafe { word(w) };
+    if word.swap(0, Ordering::Release) & WAITERS != 0 {
+        futex(word, libc::FUTEX_WAKE, 1, None);
     }
 }
 
-/// Unlock the mutex at `m`.
+/// Mark a lock held by this process as lost (`OWNER_GONE`) and wake every
+/// waiter; the next locker repairs. Async-signal-safe (one CAS, one
+/// syscall): used by the SIGBUS handler.
 ///
 /// # Safety
-/// The calling thread must hold `m`.
-pub unsafe fn unlock(m: *mut libc::pthread_mutex_t) {
-    // SAFETY: the calling thread holds m (caller's contract).
-    let rc = unsafe { libc::pthread_mutex_unlock(m) };
-    debug_assert_eq!(rc, 0, "pthread_mutex_unlock failed: {rc}");
+/// `w` must point to an aligned u32 that is still backed by the file.
+pub(crate) unsafe fn abandon(w: *mut u32) {
+    // SAFETY: caller's contract.
+    let word = unsafe { word(w) };
+    let cur = word.load(Ordering::Relaxed);
+    if cur & !WAITERS == my_pid()
+        && word
+            .compare_exchange(cur, OWNER_GONE | WAITERS, Ordering::Release, Ordering::Relaxed)
+            .is_ok()
+    {
+        futex(word, libc::FUTEX_WAKE, i32::MAX as u32, None);
+    }
+}
+
+/// Which lock word each thread holds right now, in a fixed array of
+/// atomics the SIGBUS handler can read without locking or allocating.
+/// A thread holds at most one shard lock at a time.
+pub(crate) mod held {
+    use super::*;
+    use std::cell::Cell;
+
+    /// Threads tracked at once; later threads' locks are not abandoned on
+    /// SIGBUS (they are still released when their process exits).
+    pub(crate) const THREADS: usize = 256;
+    #[allow(clippy::declare_interior_mutable_const)]
+    const FREE: AtomicUsize = AtomicUsize::new(0);
+    pub(crate) static WORDS: [AtomicUsize; THREADS] = [FREE; THREADS];
+    static CLAIMED: [std::sync::atomic::AtomicBool; THREADS] =
+        [const { std::sync::atomic::AtomicBool::new(false) }; THREADS];
+
+    struct Slot(usize);
+    impl Drop for Slot {
+        fn drop(&mut self) {
+            if self.0 < THREADS {
+                WORDS[self.0].store(0, Ordering::Relaxed);
+                CLAIMED[self.0].store(false, Ordering::Release);
+            }
+        }
+    }
+
+    thread_local! {
+        static SLOT: Cell<usize> = const { Cell::new(usize::MAX) };
+        static OWNER: std::cell::RefCell<Option<Slot>> = const { std::cell::RefCell::new(None) };
+    }
+
+    fn claim() -> usize {
+        let i = (0..THREADS)
+            .find(|&i| {
+                CLAIMED[i]
+                    .compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok()
+            })
+            .unwrap_or(THREADS);
+        // Released when the thread exits. If thread-local storage is being
+        // torn down already, the slot stays claimed (harmless).
+        let _ = OWNER.try_with(|o| *o.borrow_mut() = Some(Slot(i)));
+        i
+    }
+
+    /// Record the lock word this thread now holds (0: none).
+    #[inline]
+    pub(crate) fn set(addr: usize) {
+        let _ = SLOT.try_with(|s| {
+            let mut i = s.get();
+            if i == usize::MAX {
+                if addr == 0 {
+                    return;
+                }
+                i = claim();
+                s.set(i);
+            }
+            if i < THREADS {
+                WORDS[i].store(addr, Ordering::Relaxed);
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fresh() -> Box<u32> {
+        Box::new(0)
+    }
+
+    #[test]
+    fn lock_unlock_and_timeout_against_a_live_holder() {
+        let mut w = fresh();
+        let p: *mut u32 = &mut *w;
+        // SAFETY: p is an aligned, live u32 for the whole test.
+        unsafe {
+            assert_eq!(lock(p, DEFAULT_LOCK_TIMEOUT).unwrap(), Acquired::Clean);
+            // Held by this (live) process: a second locker times out.
+            let t = Instant::now();
+            assert!(matches!(lock(p, Duration::from_millis(30)), Err(Error::LockTimeout { .. })));
+            assert!(t.elapsed() >= Duration::from_millis(30));
+            unlock(p);
+            assert_eq!(*p, 0);
+            assert_eq!(lock(p, DEFAULT_LOCK_TIMEOUT).unwrap(), Acquired::Clean);
+            unlock(p);
+        }
+    }
+
+    #[test]
+    fn scribbled_or_dead_owner_is_taken_over() {
+        let mut w = fresh();
+        let p: *mut u32 = &mut *w;
+        for bad in [PID_MAX_LIMIT + 5, u32::MAX, OWNER_GONE, 0x7fff_0000 | WAITERS] {
+            // SAFETY: as above.
+            unsafe {
+                *p = bad;
+                assert_eq!(lock(p, DEFAULT_LOCK_TIMEOUT).unwrap(), Acquired::OwnerDied, "{bad:#x}");
+                unlock(p);
+            }
+        }
+    }
+
+    #[test]
+    fn abandon_hands_the_lock_to_the_next_locker() {
+        let mut w = fresh();
+        let p: *mut u32 = &mut *w;
+        // SAFETY: as above.
+        unsafe {
+            lock(p, DEFAULT_LOCK_TIMEOUT).unwrap();
+            abandon(p);
+            assert_eq!(*p & !WAITERS, OWNER_GONE);
+            held::set(0);
+            assert_eq!(lock(p, DEFAULT_LOCK_TIMEOUT).unwrap(), Acquired::OwnerDied);
+            unlock(p);
+        }
+    }
+
+    #[test]
+    fn contended_lock_is_mutually_exclusive() {
+        let w = Box::leak(Box::new(0u32)) as *mut u32 as usize;
+        let counter = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let c = counter.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..2000 {
+                        // SAFETY: the leaked word lives for the whole process.
+                        unsafe {
+                            let p = w as *mut u32;
+                            lock(p, Duration::from_secs(10)).unwrap();
+                            let v = c.load(Ordering::Relaxed);
+                            c.store(v + 1, Ordering::Relaxed);
+                            unlock(p);
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(counter.load(Ordering::Relaxed), 8000);
+    }
 }

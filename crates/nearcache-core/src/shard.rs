@@ -2,12 +2,30 @@
 //! append-only arena, all inside the shared mapping.
 //!
 //! Design:
-//! * Every operation runs under the shard's mutex ([`ShardGuard`]).
+//! * Every write runs under the shard's lock ([`ShardGuard`]).
 //! * A change to the index or arena is bracketed by `seq += 1` before and
 //!   after, so `seq` is odd exactly while the shard is half-written. A
-//!   locker that inherits the mutex from a dead owner (`EOWNERDEAD`) and
-//!   finds `seq` odd resets the shard: a cache may lose a shard's entries,
-//!   it never returns torn data.
+//!   locker that inherits the lock from a dead owner and finds `seq` odd
+//!   repairs the shard (below): a cache may lose entries, it never returns
+//!   torn data.
+//! * Gets are optimistic ([`Shard::get_optimistic`]): `seq` makes the shard
+//!   a seqlock. A reader loads `seq` (even), probes the index and copies the
+//!   value out without the lock, then loads `seq` again; if it changed, a
+//!   writer ran meanwhile and the copy is thrown away and retried, and after
+//!   `OPTIMISTIC_TRIES` torn reads (or at once if `seq` is odd: a writer is
+//!   at work, or died mid-write) the reader takes the lock, which waits
+//!   properly and repairs. Every word the reader loads is read once and
+//!   checked against the shard's geometry before use, exactly as under the
+//!   lock, so a torn read can produce garbage but never an access outside
+//!   the shard's reserved pages; a failed check is retried like a torn read
+//!   and, if `seq` says nothing changed, left to the locked path, which
+//!   resets the shard. A hit writes nothing shared: the hit counter is
+//!   striped per CPU (`counters.rs`), and an entry not yet marked visited
+//!   for SIEVE, or expired, is served by the locked path, which marks or
+//!   unlinks it (the reader cannot write into an entry that a compaction
+//!   may be moving). Every write to the index or arena that a reader may
+//!   see is inside the `seq` bracket, except single aligned words (an
+//!   entry's expiry, its visited bit), which a reader sees old or new.
 //! * Writes append a new entry at the bump pointer and publish its slot
 //!   last; the old entry (if any) is marked dead. Deletes leave a
 //!   tombstone slot. Nothing is freed in place.
@@ -22,7 +40,34 @@
 //!   it is used. A failed check resets the shard (counted in `corruptions`).
 //! * No Rust reference is ever created over shared bytes; all access is
 //!   through raw pointers, under the lock.
+//!
+//! Lazy reservation (files created sparse, `Mapping::lazy`): the memory a
+//! shard holds follows what it stores. Two header words, both raised only
+//! under the lock and only after `fallocate` reserved the space they
+//! cover, bound every access:
+//! * `ARENA_RESERVED`: the arena bytes reserved. The bump pointer never
+//!   passes it (checked like every shared word: a bump above it is
+//!   corruption), so reads (below the bump) and writes (checked against
+//!   it) touch only reserved pages. When an entry does not fit below it,
+//!   the shard first drops dead entries if they are more than a sixth of
+//!   the used arena and at least `DEAD_SLACK` (so it holds at most 1.2x
+//!   its live bytes, plus the slack and one growth), then reserves up to
+//!   the next `GROW_CHUNK`.
+//! * `ACTIVE_SLOTS`: the index slots in use; probes and rebuilds mask with
+//!   it and never read a slot beyond it. At the index's load limit it
+//!   doubles (the new slots are reserved first, then the index is rebuilt
+//!   from the arena by a compaction, under `REWRITING`).
+//!
+//! A growth that the file system refuses (ENOSPC, EDQUOT, EFBIG) is never
+//! an error: the shard evicts within the space it holds, exactly as a full
+//! preallocated shard does. A set whose entry exceeds the whole reserved
+//! arena fails with `Error::Full` before anything is changed. Since no
+//! page is written, or read, before it is reserved, a full tmpfs can never
+//! raise SIGBUS. `clear` gives a lazy shard's memory back (the pages are
+//! punched out after the words are lowered). Preallocated files (`preallocate`, and every file written
+//! before lazy reservation) read both words as "everything".
 
+use crate::counters::{Counter, Stripes};
 use crate::error::{Error, Result};
 use crate::hash::{first_slot, tag_of};
 use crate::layout::*;
@@ -30,6 +75,7 @@ use crate::lock::{self, Acquired};
 use crate::stats::ShardStats;
 use std::cell::Cell;
 use std::ptr;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Percent of the arena (and of the index's load limit) that a compaction
 /// frees when it has to evict. Larger: fewer, longer compactions and a
@@ -37,6 +83,11 @@ use std::ptr;
 /// hit ratio at or above LRU's at the same byte budget (see the hit-ratio
 /// tests) while a compaction still moves little data.
 pub const COMPACT_FREE_PERCENT: usize = 20;
+
+/// Optimistic attempts of a get that saw writers change the shard under
+/// it, before it takes the lock. Small: a torn read means a writer is
+/// active, and the lock then waits without burning the core.
+const OPTIMISTIC_TRIES: usize = 3;
 
 /// Shard corruption found while reading shared memory.
 #[derive(Debug)]
@@ -51,11 +102,32 @@ pub(crate) struct Shard {
     slots: usize,
     arena_off: usize,
     arena_size: usize,
+    /// The shard reserves file space as it grows (see the module comment).
+    lazy: bool,
+    /// The cache file, for `fallocate`, and the shard's offset in it.
+    fd: i32,
+    file_off: usize,
+    initial_active: usize,
+    /// The file's per-CPU hit and miss counters.
+    stripes: Stripes,
+}
+
+/// Why an entry has no place yet.
+enum Room {
+    /// Arena offset and slot for the entry.
+    Place(usize, usize),
+    /// The index reached its load limit.
+    IndexFull,
+    /// The entry does not fit between the bump pointer and the end of the
+    /// reserved arena.
+    ArenaFull { bump: usize },
 }
 
 // SAFETY: a Shard is a pointer into a MAP_SHARED mapping that outlives it
-// (the Region owns the mapping); all access goes through the shard's
-// process-shared mutex, which is exactly what makes cross-thread use sound.
+// (the Region owns the mapping); writes go through the shard's
+// process-shared lock, and lock-free reads only load words and copy bytes,
+// checked and validated (see the module comment), which is exactly what
+// makes cross-thread use sound.
 unsafe impl Send for Shard {}
 // SAFETY: see Send.
 unsafe impl Sync for Shard {}
@@ -71,7 +143,10 @@ pub enum SetMode {
     IfPresent,
 }
 
-/// A live entry found by a lookup, valid while the guard is held.
+/// A live entry found by a lookup. Under the lock (writes, batches) it
+/// stays valid while the guard is held; in an optimistic get its bytes may
+/// be changing under the copy, and whatever was made from them is thrown
+/// away unless the shard's `seq` shows that nothing changed.
 pub struct EntryRef<'g> {
     guard: &'g ShardGuard<'g>,
     val_off: usize,
@@ -101,8 +176,9 @@ impl EntryRef<'_> {
     pub fn copy_to(&self, dst: &mut [u8]) {
         assert_eq!(dst.len(), self.val_len, "destination has the wrong length");
         // SAFETY: val_off..val_off+val_len was checked to lie inside the
-        // arena's used part when this EntryRef was made, and the lock is
-        // still held (the EntryRef borrows the guard).
+        // arena's used part when this EntryRef was made; the mapping lives
+        // as long as the guard it borrows. Without the lock the bytes may
+        // change while they are copied: the copy is then discarded.
         unsafe { self.guard.shard.copy_out(self.val_off, dst.as_mut_ptr(), self.val_len) }
     }
     /// The value as a new vector.
@@ -149,31 +225,73 @@ struct Probe {
 impl Shard {
     /// # Safety
     /// `base` must point to `geo.shard_size` bytes of a live shared mapping
-    /// that outlives the returned value.
-    pub(crate) unsafe fn new(base: *mut u8, geo: &Geometry) -> Shard {
+    /// that outlives the returned value, found at `file_off` in the file
+    /// open as `fd`, which stays open as long as the mapping.
+    pub(crate) unsafe fn new(
+        base: *mut u8,
+        geo: &Geometry,
+        lazy: bool,
+        fd: i32,
+        file_off: usize,
+        stripes: Stripes,
+    ) -> Shard {
         Shard {
             base,
             slots: geo.slots_per_shard,
             arena_off: geo.arena_offset(),
             arena_size: geo.arena_size(),
+            lazy,
+            fd,
+            file_off,
+            initial_active: geo.initial_active_slots(),
+            stripes,
         }
     }
 
-    fn mutex(&self) -> *mut libc::pthread_mutex_t {
-        // SAFETY: offset 0 of the shard, inside the mapping.
-        unsafe { self.base.add(sh::MUTEX) as *mut libc::pthread_mutex_t }
+    /// Reserve the shard's bytes [from, to) in the file (page-rounded).
+    fn reserve(&self, from: usize, to: usize) -> std::io::Result<()> {
+        let start = from / PAGE * PAGE;
+        let end = to.div_ceil(PAGE) * PAGE;
+        if end <= start {
+            return Ok(());
+        }
+        crate::file::reserve(self.fd, self.file_off + start, end - start)
+    }
+
+    /// Reserve the shard header and the initial index (lazy files): what
+    /// must be held before anything of the shard is written.
+    fn reserve_initial(&self) -> Result<()> {
+        if !self.lazy {
+            return Ok(());
+        }
+        self.reserve(0, SHARD_HEADER_SIZE + self.initial_active * 8).map_err(|e| {
+            if crate::file::is_no_room(&e) {
+                Error::Full(format!("cannot reserve a shard header: {e}"))
+            } else {
+                Error::io("fallocate shard header", e)
+            }
+        })
+    }
+
+    fn lock_word(&self) -> *mut u32 {
+        // SAFETY: offset 0 of the shard (page-aligned), inside the mapping.
+        unsafe { self.base.add(sh::MUTEX) as *mut u32 }
     }
 
     /// Initialise the mutex and reset the shard. Only while no other process
     /// has the file mapped (creation, or holding the exclusive OFD lock).
     pub(crate) fn init(&self) -> Result<()> {
+        self.reserve_initial()?;
         // SAFETY: the caller guarantees exclusivity; the header region is
         // SHARD_HEADER_SIZE bytes inside the shard.
         unsafe {
             ptr::write_bytes(self.base, 0, SHARD_HEADER_SIZE);
-            lock::init(self.mutex())?;
+            lock::init(self.lock_word());
         }
         let g = ShardGuard { shard: self, locked: false, writing: Cell::new(false) };
+        if self.lazy {
+            g.set_hdr(sh::ACTIVE_SLOTS, self.initial_active as u64);
+        }
         g.repair();
         g.set_hdr(sh::MAGIC, SHARD_MAGIC);
         Ok(())
@@ -183,17 +301,20 @@ impl Shard {
     /// attached (after a reboot or a crash of everyone), keeping the data
     /// unless the shard was left half-written.
     pub(crate) fn reattach_exclusive(&self) -> Result<bool> {
+        // Idempotent; a shard whose pages were lost (file truncated and
+        // extended) gets its header back before it is written.
+        self.reserve_initial()?;
         // SAFETY: exclusive (caller holds the file's exclusive OFD lock).
-        unsafe { lock::init(self.mutex())? };
+        unsafe { lock::init(self.lock_word()) };
         let g = ShardGuard { shard: self, locked: false, writing: Cell::new(false) };
         let damaged = g.hdr(sh::MAGIC) != SHARD_MAGIC;
         g.set_hdr(sh::MAGIC, SHARD_MAGIC);
-        if damaged || g.hdr(sh::SEQ) & 1 == 1 || g.sanity().is_err() {
+        if damaged {
             g.repair();
             g.bump_stat(sh::RESETS);
             return Ok(true);
         }
-        Ok(false)
+        Ok(g.repair_after_owner_death())
     }
 
     /// Whether the shard header still carries its magic (see `sh::MAGIC`).
@@ -202,38 +323,129 @@ impl Shard {
         unsafe { ptr::read_volatile(self.base.add(sh::MAGIC) as *const u64) == SHARD_MAGIC }
     }
 
+    /// A shard header word (one of the `sh::` offsets), for access
+    /// without the lock: an atomic load of a word another process may be
+    /// writing yields an old or a new value, never a torn one.
+    fn header_atomic(&self, field: usize) -> &AtomicU64 {
+        debug_assert!(field + 8 <= SHARD_HEADER_SIZE && field % 8 == 0);
+        // SAFETY: field is an sh:: offset, so the word is an aligned u64
+        // inside the shard header, in the mapping, which outlives self.
+        unsafe { AtomicU64::from_ptr(self.base.add(field) as *mut u64) }
+    }
+
     /// The live-entry counter, read without the lock (one aligned word) and
     /// bounded by the slot count, since it comes from shared memory.
     pub(crate) fn items_unlocked(&self) -> usize {
-        // SAFETY: sh::ITEMS is an aligned u64 inside the shard header; a
-        // volatile read of a word another process may be writing yields an
-        // old or a new value, never a torn one on the supported targets.
-        let n = unsafe { ptr::read_volatile(self.base.add(sh::ITEMS) as *const u64) };
-        (n as usize).min(self.slots)
+        (self.header_atomic(sh::ITEMS).load(Ordering::Relaxed) as usize).min(self.slots)
     }
 
-    /// Lock the shard. A dead previous owner is repaired here.
-    pub(crate) fn lock(&self) -> Result<ShardGuard<'_>> {
+    /// Lock the shard, waiting at most `timeout`. A dead previous owner is
+    /// repaired here; a wait that runs out is counted in `lock_timeouts`.
+    pub(crate) fn lock(&self, timeout: std::time::Duration) -> Result<ShardGuard<'_>> {
         if !self.intact() {
             return Err(Error::Corrupt(
                 "a shard header was zeroed or overwritten by another program (file truncated \
-                 and extended, or written over); reopen the cache with recreate"
+                 and extended, or written over); the next process to open the cache while \
+                 no other has it open repairs it, or reopen it with recreate"
                     .into(),
             ));
         }
-        // SAFETY: the mutex was initialised at creation or attach time and
-        // lives as long as the mapping, which outlives self.
-        let how = unsafe { lock::lock(self.mutex())? };
+        // SAFETY: the lock word is an aligned u32 at offset 0 of the shard,
+        // inside the mapping, which outlives self.
+        let how = match unsafe { lock::lock(self.lock_word(), timeout) } {
+            Ok(how) => how,
+            Err(e) => {
+                if matches!(e, Error::LockTimeout { .. }) {
+                    self.count_lock_timeout();
+                }
+                return Err(e);
+            }
+        };
         let g = ShardGuard { shard: self, locked: true, writing: Cell::new(false) };
         if how == Acquired::OwnerDied {
-            if g.hdr(sh::SEQ) & 1 == 1 || g.sanity().is_err() {
-                g.repair();
-                g.bump_stat(sh::RESETS);
-            }
-            // SAFETY: we hold the mutex, obtained with EOWNERDEAD.
-            unsafe { lock::make_consistent(self.mutex())? };
+            g.repair_after_owner_death();
         }
         Ok(g)
+    }
+
+    fn count_lock_timeout(&self) {
+        // Updated only through atomics, by lockers that do not hold the lock.
+        self.header_atomic(sh::LOCK_TIMEOUTS).fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counters of this shard, read without the lock (one word each).
+    pub(crate) fn stats_unlocked(&self) -> ShardStats {
+        let g = ShardGuard { shard: self, locked: false, writing: Cell::new(false) };
+        g.stats()
+    }
+
+    /// The shard's `seq` word, for an optimistic read: an acquire load,
+    /// so the reads that follow it cannot move before it.
+    fn seq_acquire(&self) -> u64 {
+        // Writers store seq with volatile stores followed (at the start of
+        // a write) or preceded (at the end) by release fences.
+        self.header_atomic(sh::SEQ).load(Ordering::Acquire)
+    }
+
+    /// Whether `seq` still reads `before`: nothing in the shard changed
+    /// since the optimistic read that started with it loaded `before`.
+    fn seq_unchanged(&self, before: u64) -> bool {
+        // The acquire fence keeps every read of the shard above it: they
+        // all happened before the second load of seq.
+        std::sync::atomic::fence(Ordering::Acquire);
+        self.header_atomic(sh::SEQ).load(Ordering::Relaxed) == before
+    }
+
+    /// A get without the lock (see the module comment). `f` copies the
+    /// value out; it may run more than once, and only the result of a run
+    /// that `seq` validated is returned. `None`: take the lock instead (a
+    /// writer is active or died mid-write, the entry needs a write to be
+    /// served, or the shard failed a check); `Some(None)`: a validated miss.
+    pub(crate) fn get_optimistic<R>(
+        &self,
+        key: &[u8],
+        hash: u64,
+        now: &mut Now,
+        f: &mut impl FnMut(EntryRef<'_>) -> R,
+    ) -> Option<Option<R>> {
+        if !self.intact() {
+            return None;
+        }
+        // An unlocked view: only its reads are used here, never a write.
+        let view = ShardGuard { shard: self, locked: false, writing: Cell::new(false) };
+        for _ in 0..OPTIMISTIC_TRIES {
+            let before = self.seq_acquire();
+            if before & 1 == 1 {
+                return None;
+            }
+            let found = match view.bump().and_then(|bump| view.probe(key, hash, bump)) {
+                Ok(p) => p.found,
+                Err(_) if self.seq_unchanged(before) => return None,
+                Err(_) => continue,
+            };
+            let Some((_, e)) = found else {
+                if self.seq_unchanged(before) {
+                    self.stripes.add(Counter::Misses);
+                    return Some(None);
+                }
+                continue;
+            };
+            if e.state & STATE_VISITED == 0 || (e.expires != 0 && e.expired(now.get())) {
+                return None;
+            }
+            let r = f(EntryRef {
+                guard: &view,
+                val_off: e.val_off(),
+                val_len: e.val_len,
+                flags: e.flags,
+                expires_ms: e.expires,
+            });
+            if self.seq_unchanged(before) {
+                self.stripes.add(Counter::Hits);
+                return Some(Some(r));
+            }
+        }
+        None
     }
 
     // ---- raw access; every offset is checked by the callers ----
@@ -259,8 +471,14 @@ pub(crate) struct ShardGuard<'a> {
 impl Drop for ShardGuard<'_> {
     fn drop(&mut self) {
         if self.locked {
-            // SAFETY: this guard locked the mutex in Shard::lock.
-            unsafe { lock::unlock(self.shard.mutex()) }
+            if self.writing.get() {
+                // Unwinding out of a write (a panic): repair before others
+                // see the half-written shard, as if the holder had died.
+                self.writing.set(false);
+                self.repair_after_owner_death();
+            }
+            // SAFETY: this guard locked the word in Shard::lock.
+            unsafe { lock::unlock(self.shard.lock_word()) }
         }
     }
 }
@@ -292,13 +510,17 @@ impl<'a> ShardGuard<'a> {
         debug_assert!(i < self.shard.slots);
         // SAFETY: i is masked by slots-1 by every caller, so the word is
         // inside the index that follows the shard header.
-        unsafe { ptr::read(self.shard.base.add(SHARD_HEADER_SIZE + i * 8) as *const u64) }
+        // Volatile: the word is read exactly once, where written here, even
+        // if another program changes it meanwhile.
+        unsafe { ptr::read_volatile(self.shard.base.add(SHARD_HEADER_SIZE + i * 8) as *const u64) }
     }
 
     fn set_slot(&self, i: usize, v: u64) {
         debug_assert!(i < self.shard.slots);
         // SAFETY: as in slot; the lock is held.
-        unsafe { ptr::write(self.shard.base.add(SHARD_HEADER_SIZE + i * 8) as *mut u64, v) }
+        unsafe {
+            ptr::write_volatile(self.shard.base.add(SHARD_HEADER_SIZE + i * 8) as *mut u64, v)
+        }
     }
 
     fn arena_ptr(&self, off: usize) -> *mut u8 {
@@ -315,23 +537,130 @@ impl<'a> ShardGuard<'a> {
 
     fn end_write(&self) {
         std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+        self.set_hdr(sh::REWRITING, 0);
         self.set_hdr(sh::SEQ, (self.hdr(sh::SEQ) | 1).wrapping_add(1));
         self.writing.set(false);
     }
 
-    /// The bump pointer, checked against the arena size.
+    /// The reserved arena bytes, checked against the arena size (all of
+    /// it in a preallocated file).
+    fn arena_reserved(&self) -> Check<usize> {
+        if !self.shard.lazy {
+            return Ok(self.shard.arena_size);
+        }
+        let r = self.hdr(sh::ARENA_RESERVED);
+        if r > self.shard.arena_size as u64 || r % 8 != 0 {
+            return Err(Corrupt("reserved arena size out of range"));
+        }
+        Ok(r as usize)
+    }
+
+    /// The index slots in use, checked (all of them in a preallocated file).
+    fn active_slots(&self) -> Check<usize> {
+        if !self.shard.lazy {
+            return Ok(self.shard.slots);
+        }
+        let a = self.hdr(sh::ACTIVE_SLOTS);
+        if !a.is_power_of_two()
+            || a < self.shard.initial_active as u64
+            || a > self.shard.slots as u64
+        {
+            return Err(Corrupt("active slot count out of range"));
+        }
+        Ok(a as usize)
+    }
+
+    /// The bump pointer, checked against the reserved arena.
     fn bump(&self) -> Check<usize> {
         let b = self.hdr(sh::BUMP);
-        if b > self.shard.arena_size as u64 || b % 8 != 0 {
-            return Err(Corrupt("bump pointer outside the arena"));
+        if b > self.arena_reserved()? as u64 || b % 8 != 0 {
+            return Err(Corrupt("bump pointer outside the reserved arena"));
         }
         Ok(b as usize)
+    }
+
+    /// Zero the index's active slots (the rest is a hole in a lazy file,
+    /// zero and never written). A corrupt slot count falls back to the
+    /// initial one, which is always reserved. Returns the active count.
+    fn zero_index(&self) -> usize {
+        let active = self.active_slots().unwrap_or_else(|_| {
+            self.set_hdr(sh::ACTIVE_SLOTS, self.shard.initial_active as u64);
+            self.shard.initial_active
+        });
+        // SAFETY: the index is slots*8 bytes right after the shard header
+        // and active <= slots; in a lazy file these words are reserved.
+        unsafe { ptr::write_bytes(self.shard.base.add(SHARD_HEADER_SIZE), 0, active * 8) };
+        active
+    }
+
+    /// Lazy files: reserve the arena up to `end` rounded up to a growth
+    /// chunk. False if the file system has no room (nothing changed).
+    fn grow_arena(&self, reserved: usize, end: usize) -> bool {
+        let new = end.div_ceil(GROW_CHUNK).saturating_mul(GROW_CHUNK).min(self.shard.arena_size);
+        if !self.shard.lazy || new <= reserved {
+            return false;
+        }
+        let a = self.shard.arena_off;
+        if self.shard.reserve(a + reserved, a + new).is_err() {
+            return false;
+        }
+        self.set_hdr(sh::ARENA_RESERVED, new as u64);
+        true
+    }
+
+    /// Lazy files: double the index. Reserves the new slots; the caller
+    /// rebuilds the index (a compaction) inside the same write.
+    fn grow_index(&self, active: usize) -> bool {
+        if !self.shard.lazy || active >= self.shard.slots {
+            return false;
+        }
+        let new = active * 2;
+        let base = SHARD_HEADER_SIZE;
+        if self.shard.reserve(base + active * 8, base + new * 8).is_err() {
+            return false;
+        }
+        // The index is stale until the compaction that follows rebuilds it.
+        self.set_hdr(sh::REWRITING, 1);
+        self.set_hdr(sh::ACTIVE_SLOTS, new as u64);
+        true
+    }
+
+    /// Before a write of an entry of `size` bytes changes anything: make
+    /// sure the shard can hold it once empty. Fails with `Error::Full`
+    /// only if the arena reserved so far is smaller than the entry and
+    /// the file system refuses more.
+    pub(crate) fn ensure_can_hold(&self, size: usize) -> Result<()> {
+        let Ok(reserved) = self.arena_reserved() else { return Ok(()) };
+        if size <= reserved || self.grow_arena(reserved, size) {
+            return Ok(());
+        }
+        Err(Error::Full(format!(
+            "an entry of {size} bytes needs more memory for its shard ({reserved} bytes held) \
+             and the file system has no room; nothing was changed"
+        )))
+    }
+
+    /// Bytes of the file this shard holds (reserved pages).
+    fn held_bytes(&self) -> u64 {
+        if !self.shard.lazy {
+            return (self.shard.arena_off + self.shard.arena_size) as u64;
+        }
+        let active = self.active_slots().unwrap_or(self.shard.initial_active);
+        let reserved = self.arena_reserved().unwrap_or(0);
+        let index_end = (SHARD_HEADER_SIZE + active * 8).div_ceil(PAGE);
+        let mut pages = index_end;
+        if reserved > 0 {
+            let from = (self.shard.arena_off / PAGE).max(index_end);
+            let to = (self.shard.arena_off + reserved).div_ceil(PAGE);
+            pages += to.saturating_sub(from);
+        }
+        (pages * PAGE) as u64
     }
 
     /// Cheap checks of the header words before trusting them.
     fn sanity(&self) -> Check<()> {
         self.bump()?;
-        let slots = self.shard.slots as u64;
+        let slots = self.active_slots()? as u64;
         if self.hdr(sh::SLOTS_USED) > slots
             || self.hdr(sh::TOMBSTONES) > self.hdr(sh::SLOTS_USED)
             || self.hdr(sh::ITEMS) > slots
@@ -349,14 +678,16 @@ impl<'a> ShardGuard<'a> {
         }
         let p = self.arena_ptr(off);
         // SAFETY: off + ENTRY_HEADER <= bump <= arena_size, checked above.
+        // Volatile reads: each word is read once into a local, and only the
+        // checked local is used afterwards.
         let (hash, expires, key_len, val_len, flags, state) = unsafe {
             (
-                ptr::read(p.add(eh::HASH) as *const u64),
-                ptr::read(p.add(eh::EXPIRES) as *const u64),
-                ptr::read(p.add(eh::KEY_LEN) as *const u32) as usize,
-                ptr::read(p.add(eh::VAL_LEN) as *const u32) as usize,
-                ptr::read(p.add(eh::FLAGS) as *const u32),
-                ptr::read(p.add(eh::STATE) as *const u32),
+                ptr::read_volatile(p.add(eh::HASH) as *const u64),
+                ptr::read_volatile(p.add(eh::EXPIRES) as *const u64),
+                ptr::read_volatile(p.add(eh::KEY_LEN) as *const u32) as usize,
+                ptr::read_volatile(p.add(eh::VAL_LEN) as *const u32) as usize,
+                ptr::read_volatile(p.add(eh::FLAGS) as *const u32),
+                ptr::read_volatile(p.add(eh::STATE) as *const u32),
             )
         };
         let size = entry_size(key_len, val_len);
@@ -396,11 +727,12 @@ impl<'a> ShardGuard<'a> {
 
     /// Find `key` in the index.
     fn probe(&self, key: &[u8], hash: u64, bump: usize) -> Check<Probe> {
-        let mask = self.shard.slots - 1;
+        let active = self.active_slots()?;
+        let mask = active - 1;
         let tag = tag_of(hash);
         let mut i = first_slot(hash, mask);
         let mut free_slot = None;
-        for _ in 0..self.shard.slots {
+        for _ in 0..active {
             let v = self.slot(i);
             if v == 0 {
                 return Ok(Probe { found: None, free_slot: free_slot.or(Some(i)) });
@@ -435,9 +767,12 @@ impl<'a> ShardGuard<'a> {
     fn reset_data(&self) {
         let nested = self.writing.get();
         self.begin_write();
-        // SAFETY: the index is slots*8 bytes right after the shard header.
-        unsafe {
-            ptr::write_bytes(self.shard.base.add(SHARD_HEADER_SIZE), 0, self.shard.slots * 8);
+        self.set_hdr(sh::REWRITING, 1);
+        self.zero_index();
+        if self.arena_reserved().is_err() {
+            // Lowering the mark is always safe: the next growth reserves
+            // again (fallocate of reserved space is a no-op).
+            self.set_hdr(sh::ARENA_RESERVED, 0);
         }
         for f in [sh::BUMP, sh::LIVE_BYTES, sh::ITEMS, sh::SLOTS_USED, sh::TOMBSTONES, sh::HAND] {
             self.set_hdr(f, 0);
@@ -454,8 +789,101 @@ impl<'a> ShardGuard<'a> {
         self.reset_data();
     }
 
+    /// After taking the lock over from a dead holder (or, when attaching
+    /// alone, from a crashed one): keep every complete entry, drop only the
+    /// one being written. Returns whether anything had to be repaired.
+    ///
+    /// Writes append the entry, then advance the bump pointer, then publish
+    /// the slot; deletes mark the entry dead before they touch the index. So
+    /// the arena below the bump pointer holds complete entries, and the live
+    /// ones are exactly those not marked dead: the index and the counters
+    /// are rebuilt from them. An entry written but not yet published is
+    /// kept (it is complete); one not yet covered by the bump pointer is
+    /// gone. A holder that died while moving or clearing entries
+    /// (`REWRITING`) leaves nothing trustworthy: the shard is reset.
+    fn repair_after_owner_death(&self) -> bool {
+        let mid_write = self.hdr(sh::SEQ) & 1 == 1;
+        if !mid_write && self.sanity().is_ok() {
+            return false;
+        }
+        let items_before = self.hdr(sh::ITEMS).min(self.shard.slots as u64);
+        if self.hdr(sh::REWRITING) == 0 {
+            if let Ok(kept) = self.salvage() {
+                self.add_stat(sh::ENTRIES_LOST, items_before.saturating_sub(kept));
+                self.bump_stat(sh::SALVAGES);
+                return true;
+            }
+        }
+        self.add_stat(sh::ENTRIES_LOST, items_before);
+        self.repair();
+        self.bump_stat(sh::RESETS);
+        true
+    }
+
+    /// Rebuild the index and counters from the arena. Fails (leaving the
+    /// shard for a reset) if the arena itself does not parse.
+    fn salvage(&self) -> Check<u64> {
+        let bump = self.bump()?;
+        let mut live = Vec::new();
+        let mut off = 0;
+        while off < bump {
+            let e = self.entry(off, bump)?;
+            if !e.is_dead() {
+                live.push(e);
+            }
+            off += e.size;
+        }
+        let active = self.active_slots()?;
+        if live.len() > active * 3 / 4 {
+            return Err(Corrupt("more live entries than the index holds"));
+        }
+        self.begin_write();
+        self.zero_index();
+        let mask = active - 1;
+        let mut items = 0u64;
+        let mut live_bytes = 0u64;
+        let mut key = Vec::new();
+        for e in &live {
+            key.resize(e.key_len, 0);
+            // SAFETY: key bytes inside an entry checked by entry().
+            unsafe { self.shard.copy_out(e.off + ENTRY_HEADER, key.as_mut_ptr(), e.key_len) };
+            // A key found twice (never by our writers; possible in a
+            // scribbled file) keeps its later entry.
+            let slot = match self.probe(&key, e.hash, bump) {
+                Ok(Probe { found: Some((i, old)), .. }) => {
+                    self.set_state(&old, old.state | STATE_DEAD);
+                    items -= 1;
+                    live_bytes -= old.size as u64;
+                    Some(i)
+                }
+                Ok(Probe { found: None, free_slot }) => free_slot,
+                Err(c) => {
+                    self.end_write();
+                    return Err(c);
+                }
+            };
+            let Some(slot) = slot else {
+                self.end_write();
+                return Err(Corrupt("index full while salvaging"));
+            };
+            self.set_slot(slot & mask, Self::slot_value(e.hash, e.off));
+            items += 1;
+            live_bytes += e.size as u64;
+        }
+        self.set_hdr(sh::ITEMS, items);
+        self.set_hdr(sh::SLOTS_USED, items);
+        self.set_hdr(sh::TOMBSTONES, 0);
+        self.set_hdr(sh::LIVE_BYTES, live_bytes);
+        if self.hdr(sh::HAND) > bump as u64 {
+            self.set_hdr(sh::HAND, 0);
+        }
+        self.end_write();
+        Ok(items)
+    }
+
     /// Handle corruption found during an operation: reset and count it.
     fn recover(&self, _why: Corrupt) {
+        self.add_stat(sh::ENTRIES_LOST, self.hdr(sh::ITEMS).min(self.shard.slots as u64));
         self.reset_data();
         self.bump_stat(sh::CORRUPTIONS);
         self.bump_stat(sh::RESETS);
@@ -505,7 +933,7 @@ impl<'a> ShardGuard<'a> {
                 if e.state & STATE_VISITED == 0 {
                     self.set_state(&e, e.state | STATE_VISITED);
                 }
-                self.bump_stat(sh::HITS);
+                self.shard.stripes.add(Counter::Hits);
                 Some(f(EntryRef {
                     guard: self,
                     val_off: e.val_off(),
@@ -515,7 +943,7 @@ impl<'a> ShardGuard<'a> {
                 }))
             }
             None => {
-                self.bump_stat(sh::MISSES);
+                self.shard.stripes.add(Counter::Misses);
                 None
             }
         }
@@ -533,6 +961,9 @@ impl<'a> ShardGuard<'a> {
 
     /// Store `value` under `key`. Returns false when `mode` declined.
     /// The caller has checked that the entry fits (`max_entry_size`).
+    /// Fails with `Error::Full` (nothing changed) only when the shard
+    /// cannot hold the entry even empty and the file system has no room
+    /// to grow it.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn set(
         &self,
@@ -543,25 +974,35 @@ impl<'a> ShardGuard<'a> {
         expires: u64,
         mode: SetMode,
         now: &mut Now,
-    ) -> bool {
+    ) -> Result<bool> {
         let existing = self.lookup_live(key, hash, now);
         match (mode, &existing) {
-            (SetMode::IfAbsent, Some(_)) | (SetMode::IfPresent, None) => return false,
+            (SetMode::IfAbsent, Some(_)) | (SetMode::IfPresent, None) => return Ok(false),
             _ => {}
         }
         let size = entry_size(key.len(), value.len());
+        self.ensure_can_hold(size)?;
         self.begin_write();
         if let Some((i, e)) = existing {
             // The old value is being replaced whatever happens next.
             self.unlink(i, &e);
         }
-        self.insert(key, hash, value, flags, expires, size, now);
-        self.bump_stat(sh::SETS);
+        let stored = self.insert(key, hash, value, flags, expires, size, now);
+        if stored {
+            self.bump_stat(sh::SETS);
+        }
         self.end_write();
-        true
+        Ok(stored)
     }
 
     /// Append a new entry for a key known to be absent. Inside begin/end.
+    /// Returns false if no room could be made (only possible while another
+    /// program rewrites the shard under us); the key is then absent.
+    ///
+    /// Every shared word that decides where the entry goes (bump pointer,
+    /// slot counter, the chosen slot) is read once into a local, checked,
+    /// and only the local is used: a writer that changes the word between
+    /// our check and our write cannot move the write out of the arena.
     #[allow(clippy::too_many_arguments)]
     fn insert(
         &self,
@@ -572,58 +1013,110 @@ impl<'a> ShardGuard<'a> {
         expires: u64,
         size: usize,
         now: &mut Now,
-    ) {
-        let max_load = self.shard.slots * 3 / 4;
-        let fits = |g: &Self| -> Check<bool> {
-            Ok(g.bump()? + size <= g.shard.arena_size
-                && (g.hdr(sh::SLOTS_USED) as usize) < max_load)
-        };
-        match fits(self) {
-            Ok(true) => {}
-            Ok(false) => self.compact(size, now),
-            Err(c) => self.recover(c),
-        }
-        // After compaction (or a reset) there is room: compaction frees at
-        // least `size` bytes and a quarter of the slots.
-        let slot = match self.bump().and_then(|b| self.probe(key, hash, b)) {
-            Ok(p) => p.free_slot,
-            Err(c) => {
-                self.recover(c);
-                Some(first_slot(hash, self.shard.slots - 1))
+    ) -> bool {
+        debug_assert!(value.len() <= u32::MAX as usize && key.len() <= MAX_KEY_LEN);
+        // Growth (lazy files) and dropping dead entries may take a few
+        // rounds; one eviction always makes room for an entry that the
+        // reserved arena can hold (`ensure_can_hold`); if even that fails
+        // the shard is reset, and after a reset an entry fits unless the
+        // shard is being rewritten concurrently: then give up, not loop.
+        let mut evicted = false;
+        let mut dropped_dead = false;
+        for _attempt in 0..8 {
+            let room = (|| -> Check<Room> {
+                let off = self.bump()?;
+                let reserved = self.arena_reserved()?;
+                let active = self.active_slots()?;
+                if self.hdr(sh::SLOTS_USED) as usize >= active * 3 / 4 {
+                    return Ok(Room::IndexFull);
+                }
+                if off > reserved || size > reserved - off {
+                    return Ok(Room::ArenaFull { bump: off });
+                }
+                Ok(match self.probe(key, hash, off)?.free_slot {
+                    Some(slot) => Room::Place(off, slot),
+                    None => Room::IndexFull,
+                })
+            })();
+            let (off, slot) = match room {
+                Ok(Room::Place(off, slot)) => (off, slot),
+                Ok(_) if evicted => {
+                    self.recover(Corrupt("no room after compaction"));
+                    evicted = false;
+                    continue;
+                }
+                Ok(Room::IndexFull) => {
+                    let active = self.active_slots().unwrap_or(self.shard.slots);
+                    // Doubling the index rebuilds it in a compaction that
+                    // need not evict; without room to double, evict.
+                    let grown = self.grow_index(active);
+                    evicted = !grown;
+                    self.compact(size, !grown, now);
+                    continue;
+                }
+                Ok(Room::ArenaFull { bump }) => {
+                    let reserved = self.arena_reserved().unwrap_or(0);
+                    let dead = bump.saturating_sub(self.hdr(sh::LIVE_BYTES) as usize);
+                    if self.shard.lazy && reserved < self.shard.arena_size {
+                        // Keep the held memory within 1.2x the live bytes
+                        // (plus DEAD_SLACK): drop dead entries before
+                        // growing when they are more than a sixth of the
+                        // used arena. The slack spaces these compactions
+                        // out when a small shard is mostly rewritten.
+                        if !dropped_dead && dead * 6 > bump && dead >= DEAD_SLACK {
+                            dropped_dead = true;
+                            self.compact(0, false, now);
+                            continue;
+                        }
+                        if self.grow_arena(reserved, bump + size) {
+                            continue;
+                        }
+                    }
+                    evicted = true;
+                    self.compact(size, true, now);
+                    continue;
+                }
+                Err(c) => {
+                    self.recover(c);
+                    continue;
+                }
+            };
+            // Checked above on these very values: off + size <= reserved
+            // <= arena_size.
+            let p = self.arena_ptr(off);
+            // SAFETY: off + size <= reserved <= arena_size (checked on the
+            // locals `off` and `reserved`, which nothing else can change); we write the header, key and
+            // value into the unused tail of the arena.
+            unsafe {
+                ptr::write(p.add(eh::HASH) as *mut u64, hash);
+                ptr::write(p.add(eh::EXPIRES) as *mut u64, expires);
+                ptr::write(p.add(eh::KEY_LEN) as *mut u32, key.len() as u32);
+                ptr::write(p.add(eh::VAL_LEN) as *mut u32, value.len() as u32);
+                ptr::write(p.add(eh::FLAGS) as *mut u32, flags);
+                ptr::write(p.add(eh::STATE) as *mut u32, 0);
+                ptr::copy_nonoverlapping(key.as_ptr(), p.add(ENTRY_HEADER), key.len());
+                ptr::copy_nonoverlapping(
+                    value.as_ptr(),
+                    p.add(ENTRY_HEADER + key.len()),
+                    value.len(),
+                );
             }
-        };
-        let Some(slot) = slot else {
-            // Index full of tombstones and nothing found: compaction clears
-            // tombstones, so this cannot happen after it; be safe anyway.
-            self.recover(Corrupt("index has no free slot"));
-            return self.insert(key, hash, value, flags, expires, size, now);
-        };
-        let off = self.bump().unwrap_or(0);
-        debug_assert!(off + size <= self.shard.arena_size);
-        let p = self.arena_ptr(off);
-        // SAFETY: off + size <= arena_size (room ensured above); we write
-        // the header, key and value into the unused tail of the arena.
-        unsafe {
-            ptr::write(p.add(eh::HASH) as *mut u64, hash);
-            ptr::write(p.add(eh::EXPIRES) as *mut u64, expires);
-            ptr::write(p.add(eh::KEY_LEN) as *mut u32, key.len() as u32);
-            ptr::write(p.add(eh::VAL_LEN) as *mut u32, value.len() as u32);
-            ptr::write(p.add(eh::FLAGS) as *mut u32, flags);
-            ptr::write(p.add(eh::STATE) as *mut u32, 0);
-            ptr::copy_nonoverlapping(key.as_ptr(), p.add(ENTRY_HEADER), key.len());
-            ptr::copy_nonoverlapping(value.as_ptr(), p.add(ENTRY_HEADER + key.len()), value.len());
+            // The entry's bytes are in place before the bump pointer covers
+            // them: a repair after a kill trusts what lies below the bump.
+            std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+            self.set_hdr(sh::BUMP, (off + size) as u64);
+            self.add_stat(sh::LIVE_BYTES, size as u64);
+            self.add_stat(sh::ITEMS, 1);
+            if self.slot(slot) == TOMBSTONE {
+                self.set_hdr(sh::TOMBSTONES, self.hdr(sh::TOMBSTONES).saturating_sub(1));
+            } else {
+                self.add_stat(sh::SLOTS_USED, 1);
+            }
+            // Publish last.
+            self.set_slot(slot, Self::slot_value(hash, off));
+            return true;
         }
-        self.set_hdr(sh::BUMP, (off + size) as u64);
-        self.add_stat(sh::LIVE_BYTES, size as u64);
-        self.add_stat(sh::ITEMS, 1);
-        let prev = self.slot(slot);
-        if prev == TOMBSTONE {
-            self.set_hdr(sh::TOMBSTONES, self.hdr(sh::TOMBSTONES).saturating_sub(1));
-        } else {
-            self.add_stat(sh::SLOTS_USED, 1);
-        }
-        // Publish last.
-        self.set_slot(slot, Self::slot_value(hash, off));
+        false
     }
 
     /// Delete `key`. Returns whether a live entry was removed.
@@ -728,18 +1221,26 @@ impl<'a> ShardGuard<'a> {
                 // SAFETY: the 8 value bytes lie inside the checked entry.
                 let cur = i64::from_le_bytes(unsafe { ptr::read_unaligned(p) });
                 let new = cur.checked_add(delta).ok_or(Error::Overflow)?;
-                // SAFETY: as above; a single word written under the lock.
+                // Inside the seq bracket: the word may be unaligned, and an
+                // optimistic reader must not return half of each value.
+                self.begin_write();
+                // SAFETY: as above; written under the lock.
                 unsafe { ptr::write_unaligned(p, new.to_le_bytes()) };
+                self.end_write();
                 self.bump_stat(sh::SETS);
                 Ok(new)
             }
             None => {
                 let start = initial.ok_or(Error::NotFound)?;
                 let new = start.checked_add(delta).ok_or(Error::Overflow)?;
-                self.begin_write();
                 let size = entry_size(key.len(), 8);
-                self.insert(key, hash, &new.to_le_bytes(), counter_flag, expires, size, now);
-                self.bump_stat(sh::SETS);
+                self.ensure_can_hold(size)?;
+                self.begin_write();
+                let stored =
+                    self.insert(key, hash, &new.to_le_bytes(), counter_flag, expires, size, now);
+                if stored {
+                    self.bump_stat(sh::SETS);
+                }
                 self.end_write();
                 Ok(new)
             }
@@ -751,6 +1252,35 @@ impl<'a> ShardGuard<'a> {
         let items = self.hdr(sh::ITEMS);
         self.reset_data();
         self.add_stat(sh::DELETES, items);
+        self.release_memory();
+    }
+
+    /// Lazy files, on an empty shard: give the memory beyond the initial
+    /// index back to the file system. The words are lowered first (an
+    /// empty index is valid at any size), then the pages punched out: a
+    /// holder killed in between leaves pages held that the words no longer
+    /// count, which the next growth reserves again at no cost.
+    fn release_memory(&self) {
+        if !self.shard.lazy || self.hdr(sh::ITEMS) != 0 || self.hdr(sh::BUMP) != 0 {
+            return;
+        }
+        self.set_hdr(sh::ACTIVE_SLOTS, self.shard.initial_active as u64);
+        self.set_hdr(sh::ARENA_RESERVED, 0);
+        let keep = (SHARD_HEADER_SIZE + self.shard.initial_active * 8).div_ceil(PAGE) * PAGE;
+        let end = self.shard.arena_off + self.shard.arena_size;
+        if end > keep {
+            // Best effort: a file system that cannot punch holes keeps the
+            // pages, which stay reserved for the next growth.
+            // SAFETY: fd is the open cache file; the range is this shard's.
+            unsafe {
+                libc::fallocate(
+                    self.shard.fd,
+                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                    (self.shard.file_off + keep) as libc::off_t,
+                    (end - keep) as libc::off_t,
+                );
+            }
+        }
     }
 
     /// Call `f(key, value_len, flags, expires)` for each live entry, in
@@ -781,21 +1311,26 @@ impl<'a> ShardGuard<'a> {
         }
     }
 
-    /// Compact: drop dead and expired entries, then SIEVE-evict until at
-    /// least `need` bytes and COMPACT_FREE_PERCENT of the arena and of the
-    /// index load limit are free. Inside begin/end_write.
-    fn compact(&self, need: usize, now: &mut Now) {
-        if let Err(c) = self.try_compact(need, now) {
+    /// Compact: drop dead and expired entries, then (if `evict`)
+    /// SIEVE-evict until at least `need` bytes and COMPACT_FREE_PERCENT of
+    /// the reserved arena and of the index load limit are free. Without
+    /// `evict`, entries are evicted only if the index cannot hold the
+    /// survivors. Inside begin/end_write.
+    fn compact(&self, need: usize, evict: bool, now: &mut Now) {
+        if let Err(c) = self.try_compact(need, evict, now) {
             self.recover(c);
         }
     }
 
-    fn try_compact(&self, need: usize, now: &mut Now) -> Check<()> {
+    fn try_compact(&self, need: usize, evict: bool, now: &mut Now) -> Check<()> {
         let bump = self.bump()?;
+        let reserved = self.arena_reserved()?;
+        let active = self.active_slots()?;
+        self.set_hdr(sh::REWRITING, 1);
         let t = now.get();
         // The items counter comes from shared memory: bound it before
         // trusting it as an allocation size.
-        let cap = (self.hdr(sh::ITEMS) as usize).min(self.shard.slots) + 16;
+        let cap = (self.hdr(sh::ITEMS) as usize).min(active) + 16;
         let mut entries: Vec<Entry> = Vec::with_capacity(cap);
         let mut keep: Vec<bool> = Vec::with_capacity(entries.capacity());
         let mut off = 0;
@@ -815,9 +1350,15 @@ impl<'a> ShardGuard<'a> {
             entries.push(e);
             keep.push(true);
         }
-        let arena = self.shard.arena_size;
-        let free_bytes_target = need.max(arena * COMPACT_FREE_PERCENT / 100);
-        let max_items = self.shard.slots * 3 / 4 * (100 - COMPACT_FREE_PERCENT) / 100;
+        let arena = reserved;
+        let (free_bytes_target, max_items) = if evict {
+            (
+                need.max(arena * COMPACT_FREE_PERCENT / 100),
+                active * 3 / 4 * (100 - COMPACT_FREE_PERCENT) / 100,
+            )
+        } else {
+            (0, active * 3 / 4 - 1)
+        };
         let mut live_items = entries.len();
         let n = entries.len();
         // SIEVE: start at the hand, wrap around; at most two passes (the
@@ -828,7 +1369,8 @@ impl<'a> ShardGuard<'a> {
         let mut idx = start;
         let mut steps = 0;
         let mut stop = start;
-        while (arena - live_bytes < free_bytes_target || live_items > max_items)
+        while (arena.saturating_sub(live_bytes) < free_bytes_target || live_items > max_items)
+            && n > 0
             && steps < 2 * n + 1
         {
             let e = &mut entries[idx];
@@ -847,11 +1389,10 @@ impl<'a> ShardGuard<'a> {
             steps += 1;
         }
         // Slide survivors down, preserving order; rebuild the index.
-        // SAFETY: the index is slots*8 bytes right after the shard header.
-        unsafe {
-            ptr::write_bytes(self.shard.base.add(SHARD_HEADER_SIZE), 0, self.shard.slots * 8);
+        if self.zero_index() != active {
+            return Err(Corrupt("active slot count changed during compaction"));
         }
-        let mask = self.shard.slots - 1;
+        let mask = active - 1;
         let mut write = 0usize;
         let mut new_hand = None;
         for (i, e) in entries.iter().enumerate() {
@@ -868,8 +1409,16 @@ impl<'a> ShardGuard<'a> {
             }
             // SAFETY: the moved header is inside the arena.
             unsafe { ptr::write(self.arena_ptr(write + eh::STATE) as *mut u32, e.state) };
+            // The index was zeroed above and kept entries are fewer than
+            // the slots, so a free slot exists; the bound only matters if
+            // another program writes into the index meanwhile.
             let mut s = first_slot(e.hash, mask);
+            let mut probes = 0;
             while self.slot(s) != 0 {
+                probes += 1;
+                if probes > active {
+                    return Err(Corrupt("index rewritten during compaction"));
+                }
                 s = (s + 1) & mask;
             }
             self.set_slot(s, Self::slot_value(e.hash, write));
@@ -899,11 +1448,15 @@ impl<'a> ShardGuard<'a> {
             expirations: self.hdr(sh::EXPIRATIONS),
             resets: self.hdr(sh::RESETS),
             corruptions: self.hdr(sh::CORRUPTIONS),
+            lock_timeouts: self.hdr(sh::LOCK_TIMEOUTS),
+            salvages: self.hdr(sh::SALVAGES),
+            entries_lost: self.hdr(sh::ENTRIES_LOST),
             compactions: self.hdr(sh::COMPACTIONS),
             items: self.hdr(sh::ITEMS),
             live_bytes: self.hdr(sh::LIVE_BYTES),
             used_bytes: self.hdr(sh::BUMP),
             capacity_bytes: self.shard.arena_size as u64,
+            held_bytes: self.held_bytes(),
         }
     }
 
@@ -939,7 +1492,7 @@ impl<'a> ShardGuard<'a> {
         }
         let mut used = 0u64;
         let mut tombs = 0u64;
-        for i in 0..self.shard.slots {
+        for i in 0..self.active_slots().map_err(s)? {
             match self.slot(i) {
                 0 => {}
                 TOMBSTONE => {

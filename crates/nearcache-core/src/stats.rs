@@ -1,6 +1,10 @@
 //! Statistics counters, kept per shard in the shard header and summed on
-//! demand. Counters are updated under the shard lock; reading them takes
-//! each lock briefly, so totals are a consistent sum of per-shard snapshots.
+//! demand, except hits and misses, which gets count per CPU for the whole
+//! file (`counters.rs`: a get writes no shard word). Shard counters are
+//! updated under the shard lock (`lock_timeouts` atomically, by the
+//! lockers that gave up); reading them takes no lock, so
+//! a stopped lock holder cannot block `stats()`; totals are sums of
+//! word-sized snapshots taken at slightly different instants.
 
 /// Counters of one shard (or their sum over all shards).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -31,11 +35,23 @@ pub struct ShardStats {
     pub used_bytes: u64,
     /// Bytes of arena.
     pub capacity_bytes: u64,
+    /// Bytes of the file reserved (memory held on tmpfs): the shard
+    /// header, the index slots in use and the arena reserved so far in a
+    /// lazily reserved file; the whole shard in a preallocated one.
+    pub held_bytes: u64,
+    /// Lock waits that ran out of time (a get then misses, a write fails
+    /// with `Error::LockTimeout`).
+    pub lock_timeouts: u64,
+    /// Repairs after a process died mid-write that kept every complete
+    /// entry (instead of resetting the shard).
+    pub salvages: u64,
+    /// Entries dropped by repairs and resets after a crash or corruption.
+    pub entries_lost: u64,
 }
 
 impl ShardStats {
     /// Field names and values, in a stable order (for bindings).
-    pub fn fields(&self) -> [(&'static str, u64); 13] {
+    pub fn fields(&self) -> [(&'static str, u64); 17] {
         [
             ("hits", self.hits),
             ("misses", self.misses),
@@ -50,6 +66,10 @@ impl ShardStats {
             ("live_bytes", self.live_bytes),
             ("used_bytes", self.used_bytes),
             ("capacity_bytes", self.capacity_bytes),
+            ("lock_timeouts", self.lock_timeouts),
+            ("salvages", self.salvages),
+            ("entries_lost", self.entries_lost),
+            ("held_bytes", self.held_bytes),
         ]
     }
 }
@@ -70,6 +90,10 @@ impl std::ops::AddAssign for ShardStats {
         self.live_bytes = self.live_bytes.wrapping_add(o.live_bytes);
         self.used_bytes = self.used_bytes.wrapping_add(o.used_bytes);
         self.capacity_bytes = self.capacity_bytes.wrapping_add(o.capacity_bytes);
+        self.lock_timeouts = self.lock_timeouts.wrapping_add(o.lock_timeouts);
+        self.salvages = self.salvages.wrapping_add(o.salvages);
+        self.entries_lost = self.entries_lost.wrapping_add(o.entries_lost);
+        self.held_bytes = self.held_bytes.wrapping_add(o.held_bytes);
     }
 }
 

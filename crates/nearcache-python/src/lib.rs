@@ -10,7 +10,7 @@
 //! objects that cannot trigger the garbage collector (`bytes`) are
 //! created, so no Python code can run while a shard is locked.
 
-use nearcache_core::{Cache, EntryRef, Error as CoreError, OpenOptions, SetMode, FLAG_INT};
+use nearcache_core::{keys, Cache, EntryRef, Error as CoreError, OpenOptions, SetMode, FLAG_INT};
 use pyo3::exceptions::{PyKeyError, PyOverflowError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -73,8 +73,10 @@ exceptions! {
     PERMISSION = "PermissionDeniedError" (ours(&ERROR), builtin("PermissionError")) : "The file or directory is unsafe to open (foreign owner, symlink, mode).";
     FULL = "CacheFullError" (ours(&ERROR), builtin("OSError")) : "The file system holding the cache has no room for it.";
     OS = "CacheOSError" (ours(&ERROR), builtin("OSError")) : "An operating-system call on the cache file failed.";
+    NOT_FOUND = "CacheNotFoundError" (ours(&OS), builtin("FileNotFoundError")) : "The cache file does not exist (opened with create=False).";
     NOT_COUNTER = "NotACounterError" (ours(&ERROR), builtin("TypeError")) : "incr/decr on an entry that does not hold a 64-bit integer.";
     OVERFLOW = "CounterOverflowError" (ours(&ERROR), builtin("OverflowError")) : "incr/decr would overflow a signed 64-bit counter; the value is unchanged.";
+    LOCK_TIMEOUT = "ShardLockTimeoutError" (ours(&ERROR), builtin("TimeoutError")) : "A write could not take its shard's lock within the cache's lock timeout: another live process holds it (stopped, traced, dumping core). Nothing was changed; counted in stats()['lock_timeouts'].";
 }
 
 fn raise(py: Python<'_>, cell: &'static PyOnceLock<Py<PyType>>, msg: String) -> PyErr {
@@ -87,7 +89,8 @@ fn to_py(py: Python<'_>, e: CoreError) -> PyErr {
         CoreError::Closed => raise(py, &CLOSED, msg),
         CoreError::BadKey { .. } => raise(py, &BAD_KEY, msg),
         CoreError::ValueTooLarge { .. } => raise(py, &TOO_LARGE, msg),
-        CoreError::Incompatible(_) => raise(py, &INCOMPATIBLE, msg),
+        // The engine speaks of its option generically; say it as Python writes it.
+        CoreError::Incompatible(_) => raise(py, &INCOMPATIBLE, msg.replace("=true", "=True")),
         CoreError::Corrupt(_) => raise(py, &CORRUPT, msg),
         CoreError::Permission(_) => raise(py, &PERMISSION, msg),
         CoreError::Full(_) => raise(py, &FULL, msg),
@@ -95,9 +98,27 @@ fn to_py(py: Python<'_>, e: CoreError) -> PyErr {
         CoreError::NotFound => PyKeyError::new_err(msg),
         CoreError::Overflow => raise(py, &OVERFLOW, msg),
         CoreError::InvalidArgument(_) => raise(py, &INVALID, msg),
-        CoreError::Io { .. } => raise(py, &OS, msg),
+        CoreError::Io { ref source, .. } => os_error(py, source, msg),
+        CoreError::LockTimeout { .. } => raise(py, &LOCK_TIMEOUT, msg),
     }
 }
+
+/// A `CacheOSError` (a `CacheNotFoundError` for a missing file) with
+/// `errno` and `strerror` set, as `OSError(errno, message)` sets them.
+fn os_error(py: Python<'_>, source: &std::io::Error, msg: String) -> PyErr {
+    let missing = source.kind() == std::io::ErrorKind::NotFound;
+    let cell = if missing { &NOT_FOUND } else { &OS };
+    let errno = source.raw_os_error().or(missing.then_some(ENOENT));
+    let kind = cell.get(py).expect("module initialised").bind(py).clone();
+    match errno {
+        Some(errno) => PyErr::from_type(kind, (errno, msg)),
+        None => PyErr::from_type(kind, msg),
+    }
+}
+
+/// The errno of a file that does not exist (2 on every Unix), for the
+/// engine's not-found errors that carry a kind but no OS code.
+const ENOENT: i32 = 2;
 
 trait OrPy<T> {
     fn or_py(self, py: Python<'_>) -> PyResult<T>;
@@ -112,61 +133,95 @@ impl<T> OrPy<T> for Result<T, CoreError> {
 
 // ---------------------------------------------------------------- keys/values
 
-/// First byte of an int key: it never occurs in UTF-8, so int keys cannot
-/// collide with str keys (`1` and `"1"` are different keys).
-const INT_KEY_MARKER: u8 = 0xff;
-
-/// The stored form of an int key: 0xFF then its decimal digits. `True` is
-/// 1 and an IntEnum is its value, as for the equal Python ints.
-fn int_key(key: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
-    let mut v = vec![INT_KEY_MARKER];
+/// The stored form of an int key (`nearcache_core::keys`): 0xFF then its
+/// decimal digits. `True` is 1 and an IntEnum is its value, as for the
+/// equal Python ints.
+fn int_key(key: &Bound<'_, PyAny>, out: &mut Vec<u8>) -> PyResult<()> {
     match key.extract::<i64>() {
-        Ok(i) => v.extend_from_slice(i.to_string().as_bytes()),
+        Ok(i) => keys::encode_int_key(i, out),
         Err(_) => {
             let as_int = key.py().get_type::<PyInt>().call1((key,))?;
-            v.extend_from_slice(as_int.str()?.to_str()?.as_bytes());
+            keys::encode_int_key_decimal(as_int.str()?.to_str()?, out).or_py(key.py())?;
         }
     }
-    Ok(v)
+    Ok(())
 }
 
-/// Run `f` with the full key bytes (prefix + key) of a bytes, str or int key.
+/// Run `f` with the full key bytes (prefix + stored form of the key) of a
+/// bytes, str or int key. The stored forms are `nearcache_core::keys`'s, so
+/// int keys and bytes keys never collide.
 #[inline]
 fn with_key<R>(
     prefix: &[u8],
     key: &Bound<'_, PyAny>,
     f: impl FnOnce(&[u8]) -> PyResult<R>,
 ) -> PyResult<R> {
-    let int_buf;
-    let raw: &[u8] = if let Ok(b) = key.cast_exact::<PyBytes>() {
-        b.as_bytes()
+    // Common case: text, or bytes stored as is, with no prefix: no copy.
+    let plain: Option<&[u8]> = if let Ok(b) = key.cast_exact::<PyBytes>() {
+        Some(b.as_bytes())
     } else if let Ok(s) = key.cast::<PyString>() {
-        s.to_str()?.as_bytes()
+        Some(s.to_str().map_err(|_| unencodable_key(key))?.as_bytes())
     } else if let Ok(b) = key.cast::<PyBytes>() {
-        b.as_bytes()
-    } else if key.cast::<PyInt>().is_ok() {
-        int_buf = int_key(key)?;
-        &int_buf
+        Some(b.as_bytes())
     } else {
-        return Err(raise(
-            key.py(),
-            &KEY_TYPE,
-            format!("cache keys must be str, bytes or int, not {}", key.get_type().name()?),
-        ));
+        None
     };
-    if prefix.is_empty() {
-        f(raw)
-    } else {
-        let mut buf = Vec::with_capacity(prefix.len() + raw.len());
+    if let Some(raw) = plain {
+        if prefix.is_empty() && keys::bytes_key_is_stored_as_is(raw) {
+            return f(raw);
+        }
+        let mut buf = Vec::with_capacity(prefix.len() + raw.len() + 1);
         buf.extend_from_slice(prefix);
-        buf.extend_from_slice(raw);
-        f(&buf)
+        // A str's UTF-8 never starts with 0xFE/0xFF, so this escapes bytes only.
+        keys::encode_bytes_key(raw, &mut buf);
+        return f(&buf);
     }
+    if key.cast::<PyInt>().is_ok() {
+        let mut buf = Vec::with_capacity(prefix.len() + 24);
+        buf.extend_from_slice(prefix);
+        int_key(key, &mut buf)?;
+        return f(&buf);
+    }
+    Err(raise(
+        key.py(),
+        &KEY_TYPE,
+        format!("cache keys must be str, bytes or int, not {}", key.get_type().name()?),
+    ))
+}
+
+/// `InvalidKeyError` for a str key with lone surrogates (no UTF-8 form).
+fn unencodable_key(key: &Bound<'_, PyAny>) -> PyErr {
+    let shown = key.repr().map(|r| r.to_string()).unwrap_or_else(|_| "?".into());
+    raise(
+        key.py(),
+        &BAD_KEY,
+        format!("cache key {shown} is not valid Unicode (it has a lone surrogate), so has no UTF-8 form"),
+    )
+}
+
+/// Iterate a collection of keys; a bare str/bytes/bytearray is refused
+/// (iterating it would give its characters or byte values, not one key).
+fn key_iter<'py>(keys: &Bound<'py, PyAny>) -> PyResult<Bound<'py, pyo3::types::PyIterator>> {
+    if keys.is_instance_of::<PyString>()
+        || keys.is_instance_of::<PyBytes>()
+        || keys.is_instance_of::<PyByteArray>()
+    {
+        let kind = keys.get_type().name()?;
+        return Err(raise(
+            keys.py(),
+            &KEY_TYPE,
+            format!(
+                "expected a collection of keys, got a {kind} ({}); wrap a single key in a list",
+                keys.repr()?
+            ),
+        ));
+    }
+    keys.try_iter()
 }
 
 fn collect_keys(prefix: &[u8], keys: &Bound<'_, PyAny>) -> PyResult<Vec<Vec<u8>>> {
     let mut out = Vec::new();
-    for k in keys.try_iter()? {
+    for k in key_iter(keys)? {
         let k = k?;
         out.push(with_key(prefix, &k, |b| Ok(b.to_vec()))?);
     }
@@ -307,9 +362,21 @@ struct NativeCache {
     /// FLAG_USER by the typed reads; returns the value, or MISSING for "treat
     /// as a miss". Without one, those reads return `(flags, payload)`.
     decoder: Option<Py<PyAny>>,
+    /// on_lock_timeout="skip": a write that times out on a shard lock is
+    /// skipped (reported as "not stored"/"not found") instead of raising.
+    skip_lock_timeouts: bool,
 }
 
 impl NativeCache {
+    /// The result of a write, with the lock-timeout policy applied.
+    #[inline]
+    fn write_outcome<T>(&self, py: Python<'_>, r: Result<T, CoreError>, skipped: T) -> PyResult<T> {
+        match r {
+            Err(CoreError::LockTimeout { .. }) if self.skip_lock_timeouts => Ok(skipped),
+            r => r.or_py(py),
+        }
+    }
+
     /// The Python value of a typed read: `default` on a miss, a malformed
     /// native payload or a decoder's MISSING.
     #[inline]
@@ -351,14 +418,16 @@ impl NativeCache {
         ttl: u64,
         mode: SetMode,
     ) -> PyResult<bool> {
-        with_key(&self.prefix, key, |k| self.inner.store(k, value, flags, ttl, mode).or_py(py))
+        with_key(&self.prefix, key, |k| {
+            self.write_outcome(py, self.inner.store(k, value, flags, ttl, mode), false)
+        })
     }
 }
 
 #[pymethods]
 impl NativeCache {
     #[new]
-    #[pyo3(signature = (path, size, shards=0, *, default_ttl_ms=0, prefix=Vec::new(), recreate=false, allow_foreign_owner=false, create=true, decoder=None))]
+    #[pyo3(signature = (path, size, shards=0, *, default_ttl_ms=0, prefix=Vec::new(), recreate=false, allow_foreign_owner=false, create=true, decoder=None, lock_timeout_ms=50.0, on_lock_timeout="raise"))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -371,7 +440,27 @@ impl NativeCache {
         allow_foreign_owner: bool,
         create: bool,
         decoder: Option<Bound<'_, PyAny>>,
+        lock_timeout_ms: f64,
+        on_lock_timeout: &str,
     ) -> PyResult<Self> {
+        let skip_lock_timeouts = match on_lock_timeout {
+            "raise" => false,
+            "skip" => true,
+            other => {
+                return Err(raise(
+                    py,
+                    &INVALID,
+                    format!("on_lock_timeout must be 'raise' or 'skip', got {other:?}"),
+                ))
+            }
+        };
+        if !(0.0..=3.6e6).contains(&lock_timeout_ms) {
+            return Err(raise(
+                py,
+                &INVALID,
+                format!("lock_timeout_ms must be between 0 and 3600000, got {lock_timeout_ms}"),
+            ));
+        }
         if let Some(d) = &decoder {
             if !d.is_callable() {
                 return Err(PyTypeError::new_err("decoder must be callable"));
@@ -400,6 +489,8 @@ impl NativeCache {
             create,
             recreate,
             allow_foreign_owner,
+            lock_timeout: std::time::Duration::from_secs_f64(lock_timeout_ms / 1000.0),
+            ..OpenOptions::default()
         };
         let inner = Cache::open(&path, &opts).or_py(py)?;
         Ok(NativeCache {
@@ -407,6 +498,7 @@ impl NativeCache {
             prefix,
             default_ttl_ms: default_ttl_ms as u64,
             decoder: decoder.map(Bound::unbind),
+            skip_lock_timeouts,
         })
     }
 
@@ -429,6 +521,10 @@ impl NativeCache {
     #[getter]
     fn default_ttl_ms(&self) -> u64 {
         self.default_ttl_ms
+    }
+    #[getter]
+    fn lock_timeout_ms(&self) -> f64 {
+        self.inner.lock_timeout().as_secs_f64() * 1000.0
     }
     #[getter]
     fn closed(&self) -> bool {
@@ -507,7 +603,7 @@ impl NativeCache {
         key: &Bound<'py, PyAny>,
     ) -> PyResult<Option<(Bound<'py, PyBytes>, u32)>> {
         with_key(&self.prefix, key, |k| {
-            self.inner.pop_with(k, |e| raw_hit(py, &e)).or_py(py)?.transpose()
+            self.write_outcome(py, self.inner.pop_with(k, |e| raw_hit(py, &e)), None)?.transpose()
         })
     }
 
@@ -562,15 +658,16 @@ impl NativeCache {
         key: &Bound<'py, PyAny>,
         default: Option<Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let got =
-            with_key(&self.prefix, key, |k| self.inner.pop_with(k, |e| fetch(py, e)).or_py(py))?;
+        let got = with_key(&self.prefix, key, |k| {
+            self.write_outcome(py, self.inner.pop_with(k, |e| fetch(py, e)), None)
+        })?;
         self.typed_result(py, got, default)
     }
 
     // ---- the rest
 
     fn delete(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<bool> {
-        with_key(&self.prefix, key, |k| self.inner.delete(k).or_py(py))
+        with_key(&self.prefix, key, |k| self.write_outcome(py, self.inner.delete(k), false))
     }
 
     /// Delete `key` only if its raw value equals `value` (atomic).
@@ -581,14 +678,16 @@ impl NativeCache {
         value: &Bound<'_, PyAny>,
     ) -> PyResult<bool> {
         with_value(value, |v| {
-            with_key(&self.prefix, key, |k| self.inner.delete_if_equals(k, v).or_py(py))
+            with_key(&self.prefix, key, |k| {
+                self.write_outcome(py, self.inner.delete_if_equals(k, v), false)
+            })
         })
     }
 
     #[pyo3(signature = (key, ttl_ms=None))]
     fn touch(&self, py: Python<'_>, key: &Bound<'_, PyAny>, ttl_ms: Option<i64>) -> PyResult<bool> {
         let ttl = ttl_arg(py, ttl_ms, self.default_ttl_ms)?;
-        with_key(&self.prefix, key, |k| self.inner.touch(k, ttl).or_py(py))
+        with_key(&self.prefix, key, |k| self.write_outcome(py, self.inner.touch(k, ttl), false))
     }
 
     fn expire_at_ms(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Option<u64>> {
@@ -600,7 +699,10 @@ impl NativeCache {
         Ok(exp.map(|e| if e == 0 { 0 } else { e.saturating_sub(nearcache_core::now_ms()).max(1) }))
     }
 
-    #[pyo3(signature = (key, delta=1, initial=Some(0), ttl_ms=None))]
+    #[pyo3(
+        signature = (key, delta=1, initial=Some(0), ttl_ms=None),
+        text_signature = "($self, key, delta=1, initial=0, ttl_ms=None)"
+    )]
     fn incr(
         &self,
         py: Python<'_>,
@@ -685,7 +787,7 @@ impl NativeCache {
         py: Python<'py>,
         keys: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let originals: Vec<Bound<'py, PyAny>> = keys.try_iter()?.collect::<PyResult<_>>()?;
+        let originals: Vec<Bound<'py, PyAny>> = key_iter(keys)?.collect::<PyResult<_>>()?;
         let raw: Vec<Vec<u8>> = originals
             .iter()
             .map(|k| with_key(&self.prefix, k, |b| Ok(b.to_vec())))
@@ -722,12 +824,12 @@ impl NativeCache {
             let val = with_value(&v, |b| Ok(b.to_vec()))?;
             triples.push((key, val, f));
         }
-        self.inner.set_many(&triples, ttl).or_py(py)
+        self.write_outcome(py, self.inner.set_many(&triples, ttl), ())
     }
 
     fn delete_many(&self, py: Python<'_>, keys: &Bound<'_, PyAny>) -> PyResult<usize> {
         let keys = collect_keys(&self.prefix, keys)?;
-        self.inner.delete_many(&keys).or_py(py)
+        self.write_outcome(py, self.inner.delete_many(&keys), 0)
     }
 
     /// Remove every entry (only this prefix's entries when a prefix is set).

@@ -23,7 +23,7 @@ from .machine import loadavg, machine_info, package_versions
 from .model import BackendStatus, BenchResult, CaseResult, WorkloadResult
 from .report import Table, markdown_report, pick_reference, print_tables
 from .servers import LocalServer, start_errors, started_servers
-from .workloads import WORKLOADS, get_workload
+from .workloads import default_workloads, get_workload
 from .workloads.base import PROFILES, Profile, Workload
 
 __all__ = ["RunOptions", "render", "run", "select_backends", "write_outputs"]
@@ -104,7 +104,7 @@ def run(
 ) -> tuple[BenchResult, dict[str, list[Table]]]:
     """Run the selected workloads on the selected backends; return results and tables."""
     console = console or Console()
-    names = list(options.workloads) or list(WORKLOADS)
+    names = list(options.workloads) or default_workloads()
     workloads: list[Workload] = [get_workload(n)(options.profile, options.seed) for n in names]
     backend_classes = select_backends(options.backends, options.exclude)
     started = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
@@ -275,6 +275,9 @@ def _run_workload(
                         backend.destroy()
             progress.advance(task)
             progress.refresh()
+        progress.update(task, description=f"{w.name} {case.label}: extra rows")
+        progress.refresh()
+        cres.measurements.extend(w.extra_measurements(case, ctx, cres.skipped))
         wres.cases.append(cres)
     wres.duration_s = time.perf_counter() - t0
     return wres

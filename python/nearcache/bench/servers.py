@@ -1,127 +1,77 @@
 """Start local redis-server and memcached for a run (``--start-servers``).
 
-Each server listens on a free port of 127.0.0.1 only, keeps nothing on disk,
-and is stopped by its PID (SIGTERM, then SIGKILL) when the run ends.
+The processes are :mod:`nearcache.testing.servers` ones (the same port
+choice, readiness probe and retry on a port race as the test suite's): each
+listens on a free port of 127.0.0.1 only, keeps nothing on disk, and is
+stopped by its PID (SIGTERM, then SIGKILL) when the run ends.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-import pwd
-import shutil
-import socket
-import subprocess
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+from nearcache.testing.servers import (
+    MemcachedServer,
+    RedisServer,
+    ServerError,
+    ServerProcess,
+    free_port,
+)
 
 __all__ = ["LocalServer", "free_port", "start_memcached", "start_redis", "started_servers"]
-
-LOOPBACK = "127.0.0.1"
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _wait_listening(port: int, proc: subprocess.Popen[bytes], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with status {proc.returncode}")
-        with contextlib.suppress(OSError), socket.create_connection((LOOPBACK, port), 0.2):
-            return
-        time.sleep(0.02)
-    raise RuntimeError(f"server did not listen on port {port} within {timeout:.0f}s")
 
 
 @dataclass
 class LocalServer:
-    """A server process this run started."""
+    """A server process this run started, with its version for the report."""
 
     kind: str
-    port: int
-    proc: subprocess.Popen[bytes]
+    server: ServerProcess
     version: str = ""
-    argv: list[str] = field(default_factory=list)
+
+    @property
+    def port(self) -> int:
+        """The loopback port it listens on."""
+        return self.server.port
+
+    @property
+    def running(self) -> bool:
+        """Whether the process is alive."""
+        return self.server.running
 
     @property
     def url(self) -> str:
         """``redis://127.0.0.1:PORT/0`` or ``127.0.0.1:PORT``."""
-        if self.kind == "redis":
-            return f"redis://{LOOPBACK}:{self.port}/0"
-        return f"{LOOPBACK}:{self.port}"
+        if isinstance(self.server, MemcachedServer):
+            return self.server.address
+        return f"redis://{self.server.host}:{self.port}/0"
 
     def stop(self) -> None:
-        """Stop the process by PID: SIGTERM, then SIGKILL after 5 seconds."""
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5.0)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5.0)
+        """Stop the process by PID (SIGTERM, then SIGKILL) and remove its directory."""
+        self.server.close()
 
 
-def _version(argv: list[str]) -> str:
+def _started(kind: str, server: ServerProcess, timeout: float) -> LocalServer:
+    if server.available() is None:
+        raise FileNotFoundError(f"{server.binary} not found on PATH")
     try:
-        out = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return ""
-    return (out.stdout or out.stderr).strip().splitlines()[0] if (out.stdout or out.stderr) else ""
+        server.start(timeout)
+    except ServerError:
+        server.close()
+        raise
+    return LocalServer(kind, server, server.version())
 
 
-def start_redis(binary: str = "redis-server", timeout: float = 10.0) -> LocalServer:
+def start_redis(timeout: float = 10.0) -> LocalServer:
     """Start redis-server on a free loopback port, without persistence."""
-    path = shutil.which(binary)
-    if path is None:
-        raise FileNotFoundError(f"{binary} not found on PATH")
-    port = free_port()
-    argv = [
-        path,
-        "--port", str(port),
-        "--bind", LOOPBACK,
-        "--save", "",
-        "--appendonly", "no",
-        "--protected-mode", "yes",
-        "--daemonize", "no",
-        "--logfile", "",
-        "--loglevel", "warning",
-    ]  # fmt: skip
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        _wait_listening(port, proc, timeout)
-    except Exception:
-        proc.kill()
-        proc.wait()
-        raise
-    return LocalServer("redis", port, proc, _version([path, "--version"]), argv)
+    return _started("redis", RedisServer(), timeout)
 
 
-def start_memcached(
-    binary: str = "memcached", memory_mb: int = 1024, timeout: float = 10.0
-) -> LocalServer:
+def start_memcached(memory_mb: int = 1024, timeout: float = 10.0) -> LocalServer:
     """Start memcached on a free loopback port (TCP only)."""
-    path = shutil.which(binary)
-    if path is None:
-        raise FileNotFoundError(f"{binary} not found on PATH")
-    port = free_port()
-    argv = [path, "-l", LOOPBACK, "-p", str(port), "-U", "0", "-m", str(memory_mb), "-t", "2"]
-    if os.geteuid() == 0:  # memcached refuses to run as root without -u
-        argv += ["-u", pwd.getpwuid(0).pw_name]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        _wait_listening(port, proc, timeout)
-    except Exception:
-        proc.kill()
-        proc.wait()
-        raise
-    return LocalServer("memcached", port, proc, _version([path, "-V"]), argv)
+    return _started("memcached", MemcachedServer(memory_mb=memory_mb), timeout)
 
 
 @contextlib.contextmanager

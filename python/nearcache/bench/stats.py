@@ -1,4 +1,4 @@
-"""Small, dependency-free statistics for benchmark figures.
+"""Statistics for benchmark figures, on the standard library's :mod:`statistics`.
 
 Latency percentiles are computed from the raw per-operation samples of every
 process pooled together (:func:`merge_samples`), never by averaging the
@@ -9,8 +9,10 @@ their eight P99s.
 from __future__ import annotations
 
 import math
+import statistics
 from array import array
 from collections.abc import Iterable, Sequence
+from fractions import Fraction
 
 __all__ = [
     "PERCENTILES",
@@ -19,6 +21,7 @@ __all__ = [
     "median",
     "merge_samples",
     "percentile",
+    "percentiles",
     "summarize_latencies",
 ]
 
@@ -34,36 +37,53 @@ def median(values: Iterable[float]) -> float:
     >>> median([4, 1, 2, 3])
     2.5
     """
-    ordered = sorted(values)
-    n = len(ordered)
-    if n == 0:
+    data = list(values)
+    if not data:
         raise ValueError("median of no values")
-    mid = n // 2
-    if n % 2:
-        return float(ordered[mid])
-    return (ordered[mid - 1] + ordered[mid]) / 2.0
+    return float(statistics.median(data))
 
 
 def percentile(ordered: Sequence[float], pct: float) -> float:
     """The ``pct`` percentile of already sorted values, by linear interpolation.
 
-    This is the usual definition (NumPy's default): rank ``pct/100 * (n-1)``.
+    This is the usual definition (NumPy's default): rank ``pct/100 * (n-1)``,
+    which is :func:`statistics.quantiles` with ``method="inclusive"``.
 
     >>> percentile([10, 20, 30, 40, 50], 50)
     30.0
     >>> percentile([10, 20, 30, 40, 50], 90)
     46.0
     """
-    n = len(ordered)
-    if n == 0:
+    return percentiles(ordered, (pct,))[0]
+
+
+def percentiles(ordered: Sequence[float], pcts: Sequence[float]) -> list[float]:
+    """Several percentiles of already sorted values in one pass of
+    :func:`statistics.quantiles` (``method="inclusive"``, cut into as many
+    parts as the finest percentile needs: 1000 for P99.9).
+
+    >>> percentiles([10, 20, 30, 40, 50], (0, 25, 99.9, 100))
+    [10.0, 20.0, 49.96, 50.0]
+    """
+    if len(ordered) == 0:
         raise ValueError("percentile of no values")
-    if not 0.0 <= pct <= 100.0:
-        raise ValueError(f"percentile out of range: {pct}")
-    rank = pct / 100.0 * (n - 1)
-    lo = math.floor(rank)
-    hi = min(lo + 1, n - 1)
-    frac = rank - lo
-    return float(ordered[lo]) + (float(ordered[hi]) - float(ordered[lo])) * frac
+    for pct in pcts:
+        if not 0.0 <= pct <= 100.0:
+            raise ValueError(f"percentile out of range: {pct}")
+    if len(ordered) == 1:
+        return [float(ordered[0])] * len(pcts)
+    fractions = [Fraction(str(pct)) / 100 for pct in pcts]
+    parts = math.lcm(*(f.denominator for f in fractions))
+    cuts = statistics.quantiles(ordered, n=parts, method="inclusive") if parts > 1 else []
+    out: list[float] = []
+    for f in fractions:
+        if f == 0:
+            out.append(float(ordered[0]))
+        elif f == 1:
+            out.append(float(ordered[-1]))
+        else:
+            out.append(float(cuts[f.numerator * (parts // f.denominator) - 1]))
+    return out
 
 
 def merge_samples(parts: Iterable[Sequence[int]]) -> array[int]:
@@ -107,7 +127,9 @@ class LatencySummary:
         self.total_ns = int(sum(ordered))
         self.max_ns = int(ordered[-1]) if ordered else 0
         self.percentiles_ns: dict[str, float] = (
-            {_pct_key(p): percentile(ordered, p) for p in PERCENTILES} if ordered else {}
+            dict(zip(map(_pct_key, PERCENTILES), percentiles(ordered, PERCENTILES), strict=True))
+            if ordered
+            else {}
         )
 
     def as_dict(self) -> dict[str, float]:

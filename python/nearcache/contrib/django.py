@@ -9,10 +9,7 @@ without a server::
             "BACKEND": "nearcache.contrib.django.NearCache",
             "LOCATION": "mysite",          # a name under /dev/shm, or a path
             "TIMEOUT": 300,
-            "OPTIONS": {
-                "size": "256MiB",
-                "MAX_ENTRIES": None,       # let the byte budget alone bound it
-            },
+            "OPTIONS": {"size": "256MiB"},  # the byte budget of the whole host
         }
     }
 
@@ -22,14 +19,24 @@ What Django documents for cache backends holds here:
   every backend.  A ``timeout`` of ``None`` never expires; ``0`` or less
   expires at once (``set`` removes the key, ``add`` stores nothing and
   returns True when the key was absent, ``touch`` removes it).
-* ``MAX_ENTRIES`` (default 300) and ``CULL_FREQUENCY`` (default 3) work as
-  in Django's local-memory and file backends: before a value is added while
-  the cache holds ``MAX_ENTRIES`` entries or more, ``1/CULL_FREQUENCY`` of
-  the entries (picked at random) are deleted, or all of them when
+* Without ``MAX_ENTRIES`` the cache is bounded by its file's size alone
+  (the engine evicts by its own policy), not by Django's default of 300
+  entries: that count would cover the whole host's file, where
+  ``LocMemCache`` keeps 300 entries in every process, so a site switching
+  over would hold fewer entries than before.  Given explicitly,
+  ``MAX_ENTRIES`` and ``CULL_FREQUENCY`` (default 3) work as in Django's
+  local-memory and file backends: before a value is added while the cache
+  holds ``MAX_ENTRIES`` entries or more, ``1/CULL_FREQUENCY`` of the
+  entries (picked at random) are deleted, or all of them when
   ``CULL_FREQUENCY`` is 0.  The count covers the whole cache file, as the
-  file backend counts every file of its directory.  ``MAX_ENTRIES: None``
-  (a nearcache extension) turns counting off: the engine then bounds the
-  cache by its size alone, evicting by its own policy.
+  file backend counts every file of its directory.
+* ``get_or_set`` is stampede-free across processes: when several workers
+  miss the same key, one calls the default while the others wait for its
+  result, for at most twice ``OPTIONS["stampede_wait"]`` (default
+  :data:`DEFAULT_STAMPEDE_WAIT` seconds, 0 turns it off); see
+  :meth:`NearCache._get_or_set_steps`.  :func:`cache_page` does the same
+  for Django's per-view cache.  :meth:`NearCache.stats` counts computes,
+  waits and fallbacks for the whole host.
 * Keys are validated as by Django's built-in backends: a key that memcached
   would refuse raises a :class:`~django.core.cache.CacheKeyWarning` and is
   still used.  Keys longer than :data:`LONG_KEY` characters are stored under
@@ -51,7 +58,8 @@ What Django documents for cache backends holds here:
   ``set_many`` returns such keys.  A value the serializer cannot encode
   raises the serializer's error (``pickle.PickleError`` for pickle).
 
-Other ``OPTIONS`` are passed to :class:`nearcache.Cache`: ``size``,
+Other ``OPTIONS`` (besides ``stampede_wait``) are passed to
+:class:`nearcache.Cache`: ``size``,
 ``shards``, ``serializer``, ``compress``, ``compress_threshold``,
 ``signing_key``, ``prefix``, ``recreate``, ``allow_foreign_owner``.  The
 cache file is mapped once per process and shared by every alias and thread
@@ -61,15 +69,18 @@ after each request) keeps it mapped.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import math
 import os
 import random
 import re
+import secrets
 import threading
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, Final
+import time
+from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
+from typing import Any, Final, Protocol
 
 from asgiref.sync import sync_to_async
 from django.core.cache.backends.base import (  # type: ignore[import-untyped]
@@ -81,12 +92,26 @@ from django.core.exceptions import (  # type: ignore[import-untyped]
     ImproperlyConfigured,
     SynchronousOnlyOperation,
 )
+from django.middleware.cache import CacheMiddleware  # type: ignore[import-untyped]
+from django.utils.cache import get_cache_key  # type: ignore[import-untyped]
+from django.utils.decorators import (  # type: ignore[import-untyped]
+    decorator_from_middleware_with_args,
+)
 
 from nearcache.cache import Cache
 from nearcache.errors import NotACounterError, SerializationError, ValueTooLargeError
-from nearcache.units import MAX_TTL_MS
+from nearcache.locks import Lock
+from nearcache.units import MAX_TTL_MS, parse_duration
 
-__all__ = ["LONG_KEY", "NearCache", "TieredNearCache"]
+__all__ = [
+    "DEFAULT_STAMPEDE_WAIT",
+    "LONG_KEY",
+    "STAMPEDE_COUNTERS",
+    "NearCache",
+    "StampedeFreeCacheMiddleware",
+    "TieredNearCache",
+    "cache_page",
+]
 
 logger = logging.getLogger("nearcache.contrib.django")
 
@@ -108,6 +133,25 @@ CACHE_OPTIONS: Final = frozenset(
         "allow_foreign_owner",
     }
 )
+
+#: Default ``OPTIONS["stampede_wait"]``: the longest one computation holds
+#: the others back (seconds).
+DEFAULT_STAMPEDE_WAIT: Final = 5.0
+#: Names of the stampede counters :meth:`NearCache.stats` reports.
+STAMPEDE_COUNTERS: Final = (
+    "get_or_set_computes",
+    "get_or_set_waits",
+    "get_or_set_fallbacks",
+    "page_renders",
+    "page_waits",
+    "page_fallbacks",
+)
+# The counters live in the cache file, under this prefix (outside Django's
+# "<KEY_PREFIX>:<version>:<key>" key space only by convention, like locks).
+_COUNTER_PREFIX: Final = "nearcache.django.stats:"
+# Waiters poll the cache: 1 ms at first, growing to 50 ms (with jitter).
+_FIRST_POLL: Final = 0.001
+_MAX_POLL: Final = 0.05
 
 _MISSING: Final = object()
 # A Django timeout of 0 or less: the value expires at once.
@@ -167,7 +211,7 @@ def _check_options(backend: str, options: Mapping[str, Any], valid: Iterable[str
         hint = " (use TIMEOUT for the default expiry)" if "ttl" in unknown else ""
         raise ImproperlyConfigured(
             f"unknown OPTIONS for {backend}: {', '.join(sorted(unknown))}{hint}; "
-            f"valid: MAX_ENTRIES, CULL_FREQUENCY, {', '.join(sorted(valid))}"
+            f"valid: MAX_ENTRIES, CULL_FREQUENCY, stampede_wait, {', '.join(sorted(valid))}"
         )
 
 
@@ -186,11 +230,14 @@ class NearCache(BaseCache):  # type: ignore[misc]
         """Read Django's cache settings and open (or create) the cache file."""
         super().__init__(params)
         options = dict(params.get("OPTIONS") or {})
-        max_entries = params.get("max_entries", options.pop("MAX_ENTRIES", 300))
+        # Unlike Django's local backends, no MAX_ENTRIES means no entry limit:
+        # the file's size bounds the cache (see the module docs).
+        max_entries = params.get("max_entries", options.pop("MAX_ENTRIES", None))
         options.pop("CULL_FREQUENCY", None)
         # BaseCache turned MAX_ENTRIES into an int (300 for None); None means
         # "no entry limit" here.
         self._max_entries: int | None = None if max_entries is None else self._max_entries
+        self._stampede_wait = _stampede_wait(options.pop("stampede_wait", DEFAULT_STAMPEDE_WAIT))
         self._location = location
         self._cache: Any = self._open(location, options)
         # Keys are made by Django's own make_key/validate_key unless a subclass
@@ -227,6 +274,58 @@ class NearCache(BaseCache):  # type: ignore[misc]
     def cache(self) -> Any:
         """The underlying :class:`nearcache.Cache` (for stats, ttl, memoize...)."""
         return self._cache
+
+    def _lock_store(self) -> Cache | None:
+        """The shared-memory cache that holds this backend's stampede locks and counters."""
+        cache: Cache = self._cache
+        return cache
+
+    @property
+    def stampede_wait(self) -> float:
+        """Seconds one computation of a missing key holds the others back (0: off)."""
+        return self._stampede_wait
+
+    def stampede_lock(self, name: str) -> Lock | None:
+        """A cross-process lock named ``name``, expiring after :attr:`stampede_wait`.
+
+        None when stampede protection is off (``stampede_wait`` 0) or the
+        backend has no shared-memory store to hold the lock.
+        """
+        store = self._lock_store()
+        if store is None or not self._stampede_wait:
+            return None
+        return Lock(store, "django:" + name, timeout=0, expire=self._stampede_wait)
+
+    def count(self, counter: str) -> None:
+        """Add one to the shared stampede counter ``counter`` (see :data:`STAMPEDE_COUNTERS`)."""
+        store = self._lock_store()
+        if store is not None:
+            try:
+                store.incr(_COUNTER_PREFIX + counter, 1, 0, 0)
+            except Exception as exc:  # a counter must never fail a request
+                logger.debug("stampede counter %s not counted: %s", counter, exc)
+
+    def stats(self) -> dict[str, Any]:
+        """The store's statistics plus the stampede counters, shared by every process.
+
+        ``get_or_set_computes``: calls of a ``get_or_set`` default;
+        ``get_or_set_waits``: misses answered by another process's computation;
+        ``get_or_set_fallbacks``: callers that waited :attr:`stampede_wait`
+        and then computed anyway; ``page_*``: the same for
+        :func:`cache_page`.  The counters are entries of the cache file:
+        :meth:`clear` resets them.
+        """
+        out: dict[str, Any] = dict(self._cache.stats())
+        store = self._lock_store()
+        for counter in STAMPEDE_COUNTERS:
+            value = 0
+            if store is not None:
+                try:
+                    value = store.incr(_COUNTER_PREFIX + counter, 0, 0, 0)
+                except Exception:
+                    value = 0
+            out[counter] = value
+        return out
 
     # ------------------------------------------------------------------ helpers
 
@@ -394,6 +493,81 @@ class NearCache(BaseCache):  # type: ignore[misc]
         if made:
             self._cache.delete_many(made)
 
+    def get_or_set(
+        self, key: Any, default: Any, timeout: Any = DEFAULT_TIMEOUT, version: int | None = None
+    ) -> Any:
+        """Return the value of ``key``; if missing, store ``default`` (called if callable).
+
+        Stampede-free across processes: when several callers miss the same
+        key, one calls ``default`` while the others wait for its result (see
+        :meth:`_get_or_set_steps`).
+        """
+        steps = self._get_or_set_steps(key, default, timeout, version)
+        while True:
+            try:
+                pause = next(steps)
+            except StopIteration as done:
+                return done.value
+            time.sleep(pause)
+
+    def _get_or_set_steps(
+        self, key: Any, default: Any, timeout: Any, version: int | None
+    ) -> Generator[float, None, Any]:
+        """The logic of :meth:`get_or_set`, yielding the pauses (seconds) of its waits.
+
+        On a miss with a callable ``default``, the caller takes the key's
+        stampede lock (an entry created with the engine's atomic ``add``,
+        expiring after ``stampede_wait`` seconds), checks the key again, calls
+        ``default`` and stores the result with :meth:`add` as Django's own
+        ``get_or_set`` does, then frees the lock.  A caller that finds the lock
+        taken polls the key until the value appears (a wait) or it gets the
+        lock itself (its holder failed to store or died: the lock expired);
+        after twice ``stampede_wait`` it computes without the lock (a
+        fallback).  The sync method sleeps, the async one awaits.
+        """
+        value = self.get(key, _MISSING, version=version)
+        if value is not _MISSING:
+            return value
+        if not callable(default):
+            return self._add_and_get(key, default, timeout, version)
+        lock = self.stampede_lock(self._key(key, version))
+        if lock is None:
+            self.count("get_or_set_computes")
+            return self._add_and_get(key, default(), timeout, version)
+        deadline = time.monotonic() + 2 * self._stampede_wait
+        pause = _FIRST_POLL
+        waited = False
+        while True:
+            if lock.acquire(blocking=False):
+                try:
+                    value = self.get(key, _MISSING, version=version)
+                    if value is not _MISSING:
+                        if waited:
+                            self.count("get_or_set_waits")
+                        return value
+                    self.count("get_or_set_computes")
+                    return self._add_and_get(key, default(), timeout, version)
+                finally:
+                    _release(lock)
+            if time.monotonic() >= deadline:
+                self.count("get_or_set_fallbacks")
+                self.count("get_or_set_computes")
+                return self._add_and_get(key, default(), timeout, version)
+            yield pause * (0.5 + random.random())
+            pause = min(pause * 1.5, _MAX_POLL)
+            waited = True
+            value = self.get(key, _MISSING, version=version)
+            if value is not _MISSING:
+                self.count("get_or_set_waits")
+                return value
+
+    def _add_and_get(self, key: Any, value: Any, timeout: Any, version: int | None) -> Any:
+        """Django's ``get_or_set`` after the miss: add, then read back what won."""
+        self.add(key, value, timeout=timeout, version=version)
+        # Read again: another caller may have added a value between the first
+        # get() and the add() above.
+        return self.get(key, value, version=version)
+
     def incr(self, key: Any, delta: int = 1, version: int | None = None) -> Any:
         """Add ``delta`` to the number under ``key``; atomic for 64-bit integers.
 
@@ -505,9 +679,18 @@ class NearCache(BaseCache):  # type: ignore[misc]
     async def aget_or_set(
         self, key: Any, default: Any, timeout: Any = DEFAULT_TIMEOUT, version: int | None = None
     ) -> Any:
-        """Async :meth:`get_or_set` (a callable ``default`` is called without a thread hop)."""
+        """Async :meth:`get_or_set` (a callable ``default`` is called without a thread hop).
+
+        Waits for another process's computation with :func:`asyncio.sleep`.
+        """
         try:
-            return self.get_or_set(key, default, timeout, version)
+            steps = self._get_or_set_steps(key, default, timeout, version)
+            while True:
+                try:
+                    pause = next(steps)
+                except StopIteration as done:
+                    return done.value
+                await asyncio.sleep(pause)
         except SynchronousOnlyOperation:
             return await _in_thread(self.get_or_set)(key, default, timeout, version)
 
@@ -619,6 +802,11 @@ class TieredNearCache(NearCache):
         value, left = self._cache.get_with_ttl(key, _MISSING)
         return value, (0 if left is None else left)
 
+    def _lock_store(self) -> Cache | None:
+        """This host's L1: stampede locks and counters are per host."""
+        store = getattr(self._cache.l1, "cache", None)
+        return store if isinstance(store, Cache) else None
+
 
 def _in_thread(method: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
     """``method`` run by asgiref in a thread, as Django's default async methods run."""
@@ -633,3 +821,235 @@ def _original(exc: SerializationError) -> BaseException:
     its own backends raise it.
     """
     return exc.__cause__ if isinstance(exc.__cause__, Exception) else exc
+
+
+def _stampede_wait(value: Any) -> float:
+    """``OPTIONS["stampede_wait"]`` in seconds (a number, ``"5s"``, a timedelta; 0: off)."""
+    if value is None:
+        return 0.0
+    try:
+        seconds = parse_duration(value)
+    except (TypeError, ValueError) as exc:
+        raise ImproperlyConfigured(f"invalid stampede_wait {value!r}: {exc}") from exc
+    if seconds < 0 or math.isinf(seconds) or math.isnan(seconds):
+        raise ImproperlyConfigured(f"stampede_wait must be finite and >= 0, not {value!r}")
+    return seconds
+
+
+class _Releasable(Protocol):
+    name: str
+
+    def acquire(self, blocking: bool = True) -> bool: ...
+
+    def release(self) -> None: ...
+
+    def locked(self) -> bool: ...
+
+
+def _release(lock: _Releasable) -> None:
+    """Free a stampede lock; one that expired meanwhile is someone else's now."""
+    try:
+        lock.release()
+    except Exception as exc:
+        logger.debug("stampede lock %s not released: %s", lock.name, exc)
+
+
+# ------------------------------------------------------------------- cache_page
+
+
+class _BackendLock:
+    """A stampede lock held in any Django cache through its ``add`` (an atomic
+    create in Django's Redis, memcached and local-memory backends).
+
+    Release is check-then-delete, so a lock that expires between the two
+    steps may free the next holder's lock early: harmless here, where the
+    worst case is one more render.
+    """
+
+    def __init__(self, backend: Any, name: str, expire: float) -> None:
+        self.backend = backend
+        self.name = name
+        self.key = "nearcache.lock:django:" + name
+        self.expire = expire
+        self.token = ""
+
+    def acquire(self, blocking: bool = True) -> bool:
+        token = secrets.token_hex(16)
+        if self.backend.add(self.key, token, timeout=self.expire):
+            self.token = token
+            return True
+        return False
+
+    def release(self) -> None:
+        if self.token and self.backend.get(self.key) == self.token:
+            self.backend.delete(self.key)
+        self.token = ""
+
+    def locked(self) -> bool:
+        return bool(self.backend.has_key(self.key))
+
+
+def _page_lock(backend: Any, name: str, wait: float) -> _Releasable | None:
+    """The stampede lock of one page: nearcache's own, or one made of ``add``."""
+    if wait <= 0:
+        return None
+    if isinstance(backend, NearCache):
+        store = backend._lock_store()
+        if store is not None:
+            return Lock(store, "django:" + name, timeout=0, expire=wait)
+    return _BackendLock(backend, name, wait)
+
+
+def _in_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+class StampedeFreeCacheMiddleware(CacheMiddleware):  # type: ignore[misc]
+    """Django's ``CacheMiddleware`` that renders a missing page once across processes.
+
+    When a cacheable request misses, the first process to take the page's
+    lock renders it; the others poll the cache for the page until it
+    appears, or until they take the lock themselves (its holder produced an
+    uncacheable response, failed, or died and the lock expired after
+    ``wait`` seconds); after twice ``wait`` they render anyway.  The lock is
+    keyed by the page's cache key when Django knows it (its ``Vary`` headers
+    learnt) and by the URL before.  A URL whose response turns out not to be
+    cacheable is remembered for ``wait`` seconds, so its renders are not
+    serialized.  With a :class:`NearCache` the lock is the engine's and the
+    counters (``page_renders``, ``page_waits``, ``page_fallbacks``) are in
+    :meth:`NearCache.stats`; any other backend's atomic ``add`` serves as
+    the lock.  Inside an event loop (an async view) nothing waits: the
+    behaviour is Django's.
+    """
+
+    def __init__(self, get_response: Any = None, wait: float | None = None, **kwargs: Any) -> None:
+        super().__init__(get_response, **kwargs)
+        self.wait = wait
+
+    def _wait_seconds(self) -> float:
+        if self.wait is not None:
+            return float(self.wait)
+        cache = self.cache
+        return cache.stampede_wait if isinstance(cache, NearCache) else DEFAULT_STAMPEDE_WAIT
+
+    def _count(self, counter: str) -> None:
+        cache = self.cache
+        if isinstance(cache, NearCache):
+            cache.count(counter)
+
+    def _url_name(self, request: Any) -> str:
+        url = request.build_absolute_uri()
+        digest = hashlib.sha256(url.encode("utf-8", "surrogatepass")).hexdigest()
+        return f"page:{self.key_prefix}:url:{digest}"
+
+    def _lock(self, request: Any, url_name: str, url_lock: _Releasable, wait: float) -> Any:
+        """Take the lock to render under, or return None if someone holds it.
+
+        The URL's lock until Django knows the page's cache key (its Vary
+        headers), then the page variant's.  The URL's first render learns the
+        Vary headers before it stores the page, holding the URL's lock
+        throughout: a variant's lock taken in that window is given back.
+        """
+        key = get_cache_key(request, self.key_prefix, "GET", cache=self.cache)
+        if key is None:
+            return url_lock if url_lock.acquire(blocking=False) else None
+        lock = _page_lock(self.cache, f"page:{self.key_prefix}:{key}", wait)
+        if lock is None or not lock.acquire(blocking=False):
+            return None
+        if url_lock.locked():
+            _release(lock)
+            return None
+        return lock
+
+    def process_request(self, request: Any) -> Any:
+        """Serve the page from the cache, or wait for the process rendering it."""
+        response = super().process_request(request)
+        if response is not None or not getattr(request, "_cache_update_cache", False):
+            return response
+        wait = self._wait_seconds()
+        url_name = self._url_name(request)
+        url_lock = _page_lock(self.cache, url_name, wait)
+        if (
+            url_lock is None
+            or _in_event_loop()
+            or self.cache.get("nearcache.uncacheable:" + url_name) is not None
+        ):
+            self._count("page_renders")
+            return None
+        deadline = time.monotonic() + 2 * wait
+        pause = _FIRST_POLL
+        waited = False
+        while True:
+            # While the URL's first render runs (it holds the URL's lock until
+            # its page is stored), wait for it even if its Vary headers are
+            # known already; then render under the variant's own lock.
+            lock = None if url_lock.locked() else self._lock(request, url_name, url_lock, wait)
+            if lock is not None:
+                # Rendered by someone else meanwhile?
+                response = super().process_request(request)
+                if response is not None:
+                    _release(lock)
+                    if waited:
+                        self._count("page_waits")
+                    return response
+                request._nearcache_page_lock = (lock, url_name)
+                self._count("page_renders")
+                return None
+            if time.monotonic() >= deadline:
+                self._count("page_fallbacks")
+                self._count("page_renders")
+                return None
+            time.sleep(pause * (0.5 + random.random()))
+            pause = min(pause * 1.5, _MAX_POLL)
+            waited = True
+            response = super().process_request(request)
+            if response is not None:
+                self._count("page_waits")
+                return response
+
+    def process_response(self, request: Any, response: Any) -> Any:
+        """Store the page as Django does, then free its lock."""
+        held = getattr(request, "_nearcache_page_lock", None)
+        try:
+            return super().process_response(request, response)
+        finally:
+            if held is not None:
+                lock, url_name = held
+                del request._nearcache_page_lock
+                if get_cache_key(request, self.key_prefix, "GET", cache=self.cache) is None:
+                    # Not cacheable: let the next requests render without waiting.
+                    self.cache.set("nearcache.uncacheable:" + url_name, 1, self._wait_seconds())
+                _release(lock)
+
+    def process_exception(self, request: Any, exception: Exception) -> None:
+        """The view failed: free the page's lock (the next waiter renders)."""
+        held = getattr(request, "_nearcache_page_lock", None)
+        if held is not None:
+            del request._nearcache_page_lock
+            _release(held[0])
+
+
+def cache_page(
+    timeout: float | None,
+    *,
+    cache: str | None = None,
+    key_prefix: str | None = None,
+    wait: float | None = None,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Django's ``cache_page`` decorator, rendering a missing page once across processes.
+
+    Same arguments as ``django.views.decorators.cache.cache_page``, plus
+    ``wait``: how long one render holds the others back (default: the
+    backend's ``stampede_wait``, 5 s for backends other than nearcache's;
+    0 turns waiting off).  See :class:`StampedeFreeCacheMiddleware`.
+    """
+    decorator: Callable[[Callable[..., Any]], Callable[..., Any]] = (
+        decorator_from_middleware_with_args(StampedeFreeCacheMiddleware)(
+            page_timeout=timeout, cache_alias=cache, key_prefix=key_prefix, wait=wait
+        )
+    )
+    return decorator

@@ -73,8 +73,9 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
+from datetime import timedelta
 from types import TracebackType
-from typing import Any, ClassVar, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias, TypeVar
 
 from nearcache import units
 from nearcache.errors import (
@@ -88,7 +89,12 @@ from nearcache.errors import (
     SerializationError,
     ValueTooLargeError,
 )
-from nearcache.keys import Key, encode_key
+from nearcache.keys import Key, check_key_collection, encode_key
+
+if TYPE_CHECKING:
+    from nearcache.locks import Lock
+    from nearcache.memoize import MemoizeDecorator
+    from nearcache.tags import TagsArg
 
 __all__ = [
     "MAX_INT64",
@@ -106,6 +112,7 @@ __all__ = [
     "SerializationError",
     "ValueTooLargeError",
     "check_counter_args",
+    "check_key_collection",
     "key_bytes",
     "ttl_to_ms",
 ]
@@ -219,6 +226,7 @@ class Driver(ABC):
 
     def get_many_with_ttl(self, keys: Iterable[Key]) -> dict[Any, tuple[Any, float | None]]:
         """Return ``{key: (value, seconds left)}`` for the keys that hit."""
+        check_key_collection(keys)
         found: dict[Any, tuple[Any, float | None]] = {}
         for key in keys:
             value, left = self.get_with_ttl(key, _MISSING)
@@ -231,6 +239,7 @@ class Driver(ABC):
 
         The result is keyed by the keys as given.
         """
+        check_key_collection(keys)
         found: dict[Any, Any] = {}
         for key in keys:
             value = self.get(key, _MISSING)
@@ -270,7 +279,20 @@ class Driver(ABC):
 
     def delete_many(self, keys: Iterable[Key]) -> int:
         """Remove every key; return how many held a live entry."""
+        check_key_collection(keys)
         return sum(1 for key in keys if self.delete(key))
+
+    def delete_if_equals(self, key: Key, value: Any) -> bool:
+        """Remove ``key`` only if it holds ``value``; return whether it did.
+
+        :class:`nearcache.Lock` releases with it.  This default reads, then
+        deletes: not atomic (an entry replaced between the two is deleted).
+        A driver whose store can compare and delete in one step overrides it
+        (:class:`~nearcache.drivers.RedisDriver` does, with a script).
+        """
+        if self.get(key, _MISSING) != value:
+            return False
+        return self.delete(key)
 
     def pop(self, key: Key, default: Any = None) -> Any:
         """Remove ``key`` and return its value, or ``default`` on a miss."""
@@ -316,6 +338,69 @@ class Driver(ABC):
     @abstractmethod
     def clear(self) -> None:
         """Remove every entry this driver owns (see each driver for its scope)."""
+
+    def keys(self) -> list[Key]:
+        """A snapshot of the live keys this driver owns (decoded as
+        :func:`nearcache.keys.decode_key` does).
+
+        Raises:
+            NotImplementedError: the store cannot list its keys (memcached).
+        """
+        raise NotImplementedError(f"the {self.name} driver cannot list its keys")
+
+    # -- decorators, locks -------------------------------------------------
+
+    def memoize(
+        self,
+        ttl: units.Duration | None = None,
+        *,
+        tags: TagsArg | None = None,
+        key: Callable[..., object] | None = None,
+        name: str | None = None,
+        ignore: Iterable[str] = (),
+        stale_ttl: units.Duration = 0,
+        beta: float = 0.0,
+        lock_ttl: units.Duration = 60.0,
+        background: bool = False,
+        ttl_jitter: float = 0.0,
+    ) -> MemoizeDecorator:
+        """Decorator caching a function's results in this store, exactly as
+        :meth:`nearcache.Cache.memoize` does (:func:`nearcache.memoize.memoize`).
+
+        The stampede lock is an ``add`` on this store, so with a remote store
+        (or a tiered cache) one caller computes across every host.
+        ``invalidate_all`` needs :meth:`keys`.  With ``tags=``,
+        :meth:`nearcache.tags.Tagged.memoize` over this store.
+        """
+        options: dict[str, Any] = {
+            "key": key,
+            "name": name,
+            "ignore": ignore,
+            "stale_ttl": stale_ttl,
+            "beta": beta,
+            "lock_ttl": lock_ttl,
+            "background": background,
+            "ttl_jitter": ttl_jitter,
+        }
+        if tags is not None:
+            from nearcache.tags import Tagged
+
+            return Tagged(self).memoize(ttl, tags=tags, **options)
+        from nearcache.memoize import memoize
+
+        return memoize(self, ttl, **options)
+
+    def lock(
+        self,
+        name: str,
+        timeout: float | timedelta | None = None,
+        expire: units.Duration = 60.0,
+    ) -> Lock:
+        """A lock stored in this store, shared by every process (and host) that
+        uses it; see :class:`nearcache.Lock` and :meth:`nearcache.Cache.lock`."""
+        from nearcache.locks import Lock
+
+        return Lock(self, name, timeout=timeout, expire=expire)
 
     # -- lifecycle ---------------------------------------------------------
 

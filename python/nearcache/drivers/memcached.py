@@ -85,6 +85,7 @@ from nearcache.drivers.base import (
     NotACounterError,
     ValueTooLargeError,
     check_counter_args,
+    check_key_collection,
     key_bytes,
     ttl_to_ms,
 )
@@ -291,6 +292,7 @@ class MemcachedDriver(Driver):
 
     def get_many(self, keys: Iterable[Key]) -> dict[Any, Any]:
         """get with many keys, one request per server."""
+        check_key_collection(keys)
         wanted: dict[bytes, list[tuple[Any, bytes]]] = {}
         for key in keys:
             mk, full = self._keys(key)
@@ -310,6 +312,7 @@ class MemcachedDriver(Driver):
 
     def get_many_with_ttl(self, keys: Iterable[Key]) -> dict[Any, tuple[Any, float | None]]:
         """get with many keys, then ``mg <key> t`` for each hit."""
+        check_key_collection(keys)
         given = list(keys)
         values = self.get_many(given)
         found: dict[Any, tuple[Any, float | None]] = {}
@@ -380,6 +383,7 @@ class MemcachedDriver(Driver):
 
     def delete_many(self, keys: Iterable[Key]) -> int:
         """delete for every distinct key."""
+        check_key_collection(keys)
         mks = list(dict.fromkeys(self._keys(key)[0] for key in keys))
         self._check_open()
         count = 0

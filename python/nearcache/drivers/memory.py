@@ -34,9 +34,11 @@ from nearcache.drivers.base import (
     NotACounterError,
     ValueTooLargeError,
     check_counter_args,
+    check_key_collection,
     key_bytes,
     ttl_to_ms,
 )
+from nearcache.keys import decode_key
 from nearcache.serializers import Serializer, ValueCodec
 
 __all__ = ["MemoryDriver"]
@@ -178,6 +180,7 @@ class MemoryDriver(Driver):
 
     def get_many(self, keys: Iterable[Key]) -> dict[Any, Any]:
         """Return the hits among ``keys``, taking the lock once."""
+        check_key_collection(keys)
         pairs = [(key, key_bytes(key)) for key in keys]
         found: list[tuple[Any, _Entry]] = []
         with self._lock:
@@ -249,6 +252,7 @@ class MemoryDriver(Driver):
 
     def delete_many(self, keys: Iterable[Key]) -> int:
         """Remove every key, taking the lock once."""
+        check_key_collection(keys)
         ks = [key_bytes(key) for key in keys]
         count = 0
         with self._lock:
@@ -313,6 +317,14 @@ class MemoryDriver(Driver):
             self._check_open()
             self._data.clear()
             self._bytes = 0
+
+    def keys(self) -> list[Key]:
+        """A snapshot of the live keys, oldest use first."""
+        with self._lock:
+            self._check_open()
+            now = time.monotonic()
+            raw = [k for k, e in self._data.items() if not e.deadline or e.deadline > now]
+        return [decode_key(k) for k in raw]
 
     def close(self) -> None:
         """Drop every entry; later calls raise CacheClosedError."""

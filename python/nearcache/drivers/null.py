@@ -21,6 +21,7 @@ from nearcache.drivers.base import (
     Driver,
     Key,
     check_counter_args,
+    check_key_collection,
     key_bytes,
     ttl_to_ms,
 )
@@ -48,6 +49,7 @@ class NullDriver(Driver):
 
     def get_many(self, keys: Iterable[Key]) -> dict[Any, Any]:
         """Return ``{}``."""
+        check_key_collection(keys)
         for key in keys:
             key_bytes(key)
         self._check_open()
@@ -79,6 +81,7 @@ class NullDriver(Driver):
 
     def delete_many(self, keys: Iterable[Key]) -> int:
         """Return ``0``."""
+        check_key_collection(keys)
         for key in keys:
             self._accept(key, None)
         return 0
@@ -102,6 +105,11 @@ class NullDriver(Driver):
     def clear(self) -> None:
         """Nothing to remove."""
         self._check_open()
+
+    def keys(self) -> list[Key]:
+        """Return ``[]``."""
+        self._check_open()
+        return []
 
     def _accept(self, key: Key, ttl: TTL) -> None:
         key_bytes(key)

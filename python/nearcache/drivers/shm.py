@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 from nearcache.cache import Cache
 from nearcache.drivers.base import TTL, Driver, Key
+from nearcache.keys import native_key
 
 __all__ = ["ShmDriver"]
 
@@ -111,6 +112,15 @@ class ShmDriver(Driver):
         """Cache.delete_many."""
         return self._cache.delete_many(keys)
 
+    def delete_if_equals(self, key: Key, value: Any) -> bool:
+        """The engine's atomic compare-and-delete for a ``bytes`` value of a
+        cache that stores bytes raw (unsigned, uncompressed); otherwise the
+        driver's read-then-delete."""
+        cache = self._cache
+        if type(value) is bytes and not cache.codec.signed and cache.codec.compressor is None:
+            return cache.native.delete_if_equals(native_key(key), value)
+        return super().delete_if_equals(key, value)
+
     def pop(self, key: Key, default: Any = None) -> Any:
         """Cache.pop (atomic)."""
         return self._cache.pop(key, default)
@@ -130,6 +140,10 @@ class ShmDriver(Driver):
     def clear(self) -> None:
         """Cache.clear (only the cache's prefix, if it has one)."""
         self._cache.clear()
+
+    def keys(self) -> list[Key]:
+        """Cache.keys (only the cache's prefix, if it has one)."""
+        return self._cache.keys()
 
     def close(self) -> None:
         """Close the cache."""

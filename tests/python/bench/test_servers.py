@@ -18,10 +18,19 @@ def test_free_port_is_bindable() -> None:
         s.bind(("127.0.0.1", port))
 
 
+def test_one_server_module() -> None:
+    """The harness starts its servers with the test suite's helpers, not a copy."""
+    from nearcache.bench import servers as bench_servers
+    from nearcache.testing import servers as testing_servers
+
+    assert bench_servers.free_port is testing_servers.free_port
+    assert not hasattr(bench_servers, "_wait_listening")
+
+
 def test_servers_answer(bench_servers: tuple[LocalServer, LocalServer]) -> None:
     red, mem = bench_servers
     for server in (red, mem):
-        assert server.proc.poll() is None
+        assert server.running
         with socket.create_connection(("127.0.0.1", server.port), timeout=2) as conn:
             conn.sendall(b"PING\r\n" if server.kind == "redis" else b"version\r\n")
             assert conn.recv(64)

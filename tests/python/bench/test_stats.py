@@ -8,11 +8,13 @@ from array import array
 import pytest
 
 from nearcache.bench.stats import (
+    PERCENTILES,
     LatencySummary,
     histogram,
     median,
     merge_samples,
     percentile,
+    percentiles,
     summarize_latencies,
 )
 
@@ -81,3 +83,17 @@ def test_histogram_counts_everything_and_is_log_bucketed() -> None:
     assert lowers == sorted(lowers)
     # 1,000,000 and 1,000,001 fall in the same bucket (12.5% wide at most).
     assert [c for lower, c in hist if lower <= 1_000_000 < lower * 1.125 + 1] == [2]
+
+
+def test_percentiles_match_a_direct_linear_interpolation() -> None:
+    # The definition (NumPy's default), written out, against statistics.quantiles.
+    rng = random.Random(7)
+    for size in (2, 3, 10, 997, 5000):
+        ordered = sorted(rng.randint(0, 10**6) for _ in range(size))
+        for pct in (*PERCENTILES, 0.0, 1.0, 33.3, 100.0):
+            rank = pct / 100 * (size - 1)
+            lo = int(rank)
+            hi = min(lo + 1, size - 1)
+            expected = ordered[lo] + (ordered[hi] - ordered[lo]) * (rank - lo)
+            assert percentile(ordered, pct) == pytest.approx(expected, rel=1e-12, abs=1e-9)
+        assert percentiles(ordered, PERCENTILES) == [percentile(ordered, p) for p in PERCENTILES]

@@ -140,3 +140,40 @@ def test_failing_backend_is_skipped_with_a_reason(tmp_path: Path) -> None:
     status = result.backend("redis")
     assert status is not None and not status.available and "Redis" in status.reason
     assert all(c.get("redis") is None for c in w.cases)
+
+
+def test_fastmmap_2004_stores_binary_values_as_given(tmp_path: Path) -> None:
+    """Bytes reach a bytes-only backend unpickled: its gets time the cache, not pickle.loads."""
+    import pickle
+
+    from nearcache._native import NativeCache
+    from nearcache.bench.backends import BackendContext
+    from nearcache.bench.backends.registry import get_backend
+    from nearcache.bench.workloads import Fastmmap2004
+
+    w = Fastmmap2004(PROFILES["tiny"])
+    w.prepare()
+    ctx = BackendContext(
+        workdir=tmp_path / "work", run_id="t", options={"nearcache_dir": tmp_path / "shm"}
+    )
+    for case_id in ("bin-147", "complex-5"):
+        case = next(c for c in w.cases() if c.id == case_id)
+        backend = get_backend("nearcache-native")(ctx, w.capacity(case), case_id)
+        try:
+            m = w.measure(case, backend)
+            cache = NativeCache(backend.path, backend.size)
+            stored = [
+                (cache.get(key), value)
+                for key, value in zip(w.stored, w.values[case_id], strict=True)
+            ]
+            cache.close()
+        finally:
+            backend.destroy()
+        found = [(raw, value) for raw, value in stored if raw is not None]
+        assert len(found) == len(w.stored)  # 147-byte values and small dicts all fit
+        if case_id == "bin-147":
+            assert all(raw == value for raw, value in found)
+            assert m.info["serialized_by"] == "nothing (bytes stored as given)"
+        else:
+            assert all(pickle.loads(raw) == value for raw, value in found)
+            assert m.info["serialized_by"] == "harness (pickle)"

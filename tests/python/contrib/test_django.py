@@ -200,10 +200,15 @@ def test_max_entries_none_and_default(location: str) -> None:
     unlimited.set_many({f"k{i}": i for i in range(500)})
     assert len(unlimited.cache) == 500
     unlimited.clear()
-    default = make(location)
-    assert (default._max_entries, default._cull_frequency) == (300, 3)
-    default.set_many({f"k{i}": i for i in range(301)})  # crosses the limit: one by one
-    assert len(default.cache) == 201
+    default = make(location)  # no MAX_ENTRIES: bounded by the file's size alone
+    assert default._max_entries is None
+    default.set_many({f"k{i}": i for i in range(301)})
+    assert len(default.cache) == 301
+    default.clear()
+    djangos = make(location, OPTIONS={"size": "4MiB", "MAX_ENTRIES": 300})
+    assert (djangos._max_entries, djangos._cull_frequency) == (300, 3)
+    djangos.set_many({f"k{i}": i for i in range(301)})  # crosses the limit: one by one
+    assert len(djangos.cache) == 201
 
 
 def test_lowercase_params_override_options(location: str) -> None:

@@ -157,3 +157,110 @@ def test_a_frozen_server_times_out(private_redis_server: RedisServer) -> None:
         private_redis_server.resume()
     assert driver.get("k") == 1
     driver.close()
+
+
+# -------------------------------------------------- writes sent straight on a connection
+
+
+def _clients_named(raw: redis.Redis, name: str) -> int:
+    return sum(1 for client in raw.client_list() if client.get("name") == name)
+
+
+def test_an_error_reply_leaves_the_connection_in_step(
+    redis_server: RedisServer, raw: redis.Redis, unique_prefix: str
+) -> None:
+    driver = RedisDriver(redis_server.url, prefix=unique_prefix)
+    driver.set("kept", "value", ttl=60)
+    raw.rpush(unique_prefix + "a-list", b"x")  # GET on it is an error reply; PTTL is not
+    for _ in range(3):
+        with pytest.raises(BackendError, match="WRONGTYPE"):
+            driver.get_with_ttl("a-list")
+        value, left = driver.get_with_ttl("kept")  # the PTTL reply was read, not left behind
+        assert value == "value" and left is not None and 0 < left <= 60
+    driver.close()
+
+
+def test_pipelined_writes_reuse_one_connection_and_give_it_back(
+    redis_server: RedisServer, raw: redis.Redis, unique_prefix: str
+) -> None:
+    name = unique_prefix.strip(":").replace(":", "-") + "-conn"
+    driver = RedisDriver(redis_server.url, prefix=unique_prefix, client_name=name)
+    for i in range(200):
+        driver.set(f"k{i}", i)
+        driver.set_and_publish(f"k{i}", i, None, b"some-channel", b"message")
+    assert driver.get_many([f"k{i}" for i in range(200)]) == {f"k{i}": i for i in range(200)}
+    # one connection kept for the writes, one in the pool for MGET: not one per write
+    assert _clients_named(raw, name) == 2
+    given = redis.Redis.from_url(redis_server.url, client_name=name + "-given")
+    borrowing = RedisDriver(client=given, prefix=unique_prefix)
+    borrowing.set("k", 1)
+    borrowing.close()  # hands its connection back to the caller's pool
+    pool = given.connection_pool
+    assert len(pool._in_use_connections) == 0  # type: ignore[attr-defined]
+    given.close()
+    driver.close()
+
+
+def test_a_forked_child_writes_on_its_own_connection(
+    redis_server: RedisServer, unique_prefix: str
+) -> None:
+    import multiprocessing
+
+    driver = RedisDriver(redis_server.url, prefix=unique_prefix)
+    driver.set("before", 0)
+
+    def child() -> None:
+        for i in range(50):
+            driver.set(f"child-{i}", i)
+
+    process = multiprocessing.get_context("fork").Process(target=child)
+    process.start()
+    for i in range(50):
+        driver.set(f"parent-{i}", i)
+        assert driver.get_with_ttl(f"parent-{i}") == (i, None)
+    process.join(30)
+    assert process.exitcode == 0
+    assert driver.get_many([f"child-{i}" for i in range(50)]) == {
+        f"child-{i}": i for i in range(50)
+    }
+    driver.close()
+
+
+def test_scripts_are_loaded_again_after_a_script_flush(
+    redis_server: RedisServer, raw: redis.Redis, unique_prefix: str
+) -> None:
+    driver = RedisDriver(redis_server.url, prefix=unique_prefix)
+    stream = (unique_prefix + "stream").encode()
+    entry = {"name": stream, "maxlen": 100, "fields": {b"m": b"one"}}
+    driver.set_and_append("k", 1, None, entry)
+    raw.script_flush()
+    driver.set_and_append("k", 2, None, entry)
+    assert driver.delete_and_append("k", entry) is True
+    assert raw.xlen(stream) == 3
+    assert driver.get("k") is None
+    driver.close()
+
+
+def test_a_small_pool_is_not_starved_by_kept_connections(
+    redis_server: RedisServer, unique_prefix: str
+) -> None:
+    import threading
+
+    driver = RedisDriver(redis_server.url, prefix=unique_prefix, max_connections=2)
+    errors: list[BaseException] = []
+
+    def work(n: int) -> None:
+        try:
+            for i in range(100):
+                driver.set(f"{n}-{i}", i)
+                assert driver.get(f"{n}-{i}") == i  # a pool command beside the kept ones
+        except BaseException as exc:  # collected for the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == []
+    driver.close()

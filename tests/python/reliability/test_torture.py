@@ -109,7 +109,10 @@ def test_short_torture_run_with_kills_finds_no_violation(tmp_path: Path) -> None
         assert report.mid_write_kills_repaired == report.kills_mid_write
     else:  # it kills after a fixed delay instead: most kills still land inside
         assert report.mid_write_kills_repaired > 0
-    assert report.shard_resets >= report.kills_mid_write
+    assert report.shard_salvages + report.shard_resets >= report.kills_mid_write
+    # The aimed kills hold a shard mid-write without writing an entry: the
+    # repair keeps every complete entry.
+    assert report.entries_lost_per_mid_write_kill == 0
     assert report.corruptions == 0
     assert report.evictions > 0  # the cache is small on purpose
     assert report.counter_rebirths > 0
@@ -186,7 +189,11 @@ def test_planted_faults_are_reported(tmp_path: Path) -> None:
     assert any("foreign" in e for e in errors) and any("checksum" in e for e in errors)
 
 
-def test_blocked_operations_are_reported(tmp_path: Path) -> None:
+def test_a_stuck_lock_holder_costs_timeouts_not_hangs(tmp_path: Path) -> None:
+    """A peer that sits on a shard lock for 2.5 s: with bounded lock waits no
+    operation blocks past the lock timeout; reads miss, writes are refused
+    and counted."""
+
     def hold() -> None:
         cache = _native.NativeCache(_find_cache(tmp_path), 0, create=False)
         time.sleep(0.5)
@@ -204,9 +211,10 @@ def test_blocked_operations_are_reported(tmp_path: Path) -> None:
     )
     report = _detect(cfg, saboteur)
     kinds = report.violation_kinds
-    assert kinds.get("operation blocked", 0) > 0  # the watchdog fired
-    assert kinds.get("slow operation", 0) > 0  # the per-operation bound
-    assert report.latency_max_ms > 500
+    assert kinds.get("operation blocked", 0) == 0, report.render()
+    assert kinds.get("slow operation", 0) == 0, report.render()
+    assert report.lock_timeouts > 0 and report.write_timeouts > 0
+    assert report.latency_max_ms < 500
 
 
 # ------------------------------------------------------------------ command line
@@ -220,6 +228,8 @@ def test_command_line_json_report(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert report["violations"] == 0
     assert report["workers"] == 2
     assert report["operations"] > 0
+    assert report["entries_lost_per_mid_write_kill"] >= 0
+    assert "lock_timeouts" in report and "shard_salvages" in report
 
 
 def test_runs_as_a_module() -> None:

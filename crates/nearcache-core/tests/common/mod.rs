@@ -35,3 +35,37 @@ pub fn opts(size: usize, shards: usize) -> OpenOptions {
 pub fn open(dir: &TempDir, name: &str, size: usize, shards: usize) -> Cache {
     Cache::open(dir.file(name), &opts(size, shards)).unwrap()
 }
+
+/// A value that names its key and carries a checksum of itself.
+pub fn make_value(key: &[u8], seq: u64, len: usize) -> Vec<u8> {
+    let mut v = Vec::with_capacity(len);
+    v.extend_from_slice(&(key.len() as u32).to_le_bytes());
+    v.extend_from_slice(key);
+    v.extend_from_slice(&seq.to_le_bytes());
+    let mut x = seq ^ 0x9e37_79b9;
+    while v.len() < len.max(v.len() + 8) - 8 {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        v.push((x >> 56) as u8);
+    }
+    let sum = fnv1a(&v);
+    v.extend_from_slice(&sum.to_le_bytes());
+    v
+}
+
+fn fnv1a(b: &[u8]) -> u64 {
+    // FNV-1a: independent of the engine's own hash.
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for &x in b {
+        h = (h ^ x as u64).wrapping_mul(0x100_0000_01b3);
+    }
+    h
+}
+
+/// Panics unless `v` is a whole value written for `key`.
+pub fn verify_value(key: &[u8], v: &[u8]) {
+    assert!(v.len() >= 4 + key.len() + 16, "short value for {key:?}");
+    let (body, sum) = v.split_at(v.len() - 8);
+    assert_eq!(fnv1a(body), u64::from_le_bytes(sum.try_into().unwrap()), "torn value for {key:?}");
+    let kl = u32::from_le_bytes(body[..4].try_into().unwrap()) as usize;
+    assert_eq!(&body[4..4 + kl], key, "value of another key returned");
+}

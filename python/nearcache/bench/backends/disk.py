@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 from typing import Any
 
@@ -97,8 +98,11 @@ class LmdbBackend(Backend):
         self._env().close()
 
     def _env(self) -> Any:
+        # One reader slot per process: the scaling workload runs up to 4x the
+        # core count of processes (256 on a 64-core host), plus headroom.
+        readers = max(256, 8 * (os.cpu_count() or 1) + 16)
         return import_module("lmdb").open(
-            self.directory, map_size=self.MAP_SIZE, sync=False, metasync=False, max_readers=256
+            self.directory, map_size=self.MAP_SIZE, sync=False, metasync=False, max_readers=readers
         )
 
     def open(self) -> Handle:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..backends.base import Backend, Capacity, Handle, Scope
+from ..backends.base import Backend, BackendContext, Capacity, Handle, Scope
 from ..model import Measurement, WorkloadResult
 from ..report import Table
 from ..stats import median
@@ -203,6 +203,8 @@ class Workload(abc.ABC):
     title: ClassVar[str]
     seed: ClassVar[str]
     description: ClassVar[str]
+    #: Run only when named on the command line (slow, or needs extra tools).
+    only_when_named: ClassVar[bool] = False
 
     def __init__(self, profile: Profile, seed: int = 2010) -> None:
         self.profile = profile
@@ -230,6 +232,15 @@ class Workload(abc.ABC):
     @abc.abstractmethod
     def measure(self, case: Case, backend: Backend) -> Measurement:
         """Run ``case`` on ``backend``."""
+
+    def extra_measurements(
+        self, case: Case, ctx: BackendContext, skipped: dict[str, str]
+    ) -> list[Measurement]:
+        """Rows the workload measures itself after the backends' (a ceiling, a baseline...).
+
+        Rows it cannot measure go into ``skipped`` with the reason.
+        """
+        return []
 
     @abc.abstractmethod
     def tables(self, result: WorkloadResult, tradeoffs: dict[str, str]) -> list[Table]:

@@ -1,0 +1,168 @@
+//! The lock-free read path: gets that race writers, compactions and a
+//! stalled writer return whole values or misses, never torn ones, never
+//! spin, and write nothing in the shard on a hit.
+
+mod common;
+use common::*;
+use nearcache_core::{Cache, OpenOptions};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Every byte of this i64 is 0x01: adding it changes all eight bytes.
+const FLIP: i64 = 0x0101_0101_0101_0101;
+
+/// One small shard: writers overwrite few keys with values of changing
+/// length, so compactions (which move every entry) run all the time under
+/// the readers.
+#[test]
+fn readers_racing_writers_and_compactions_see_only_whole_values() {
+    let dir = TempDir::new("opt-race");
+    let cache = Arc::new(open(&dir, "c", 64 * 1024, 1));
+    let keys: Vec<Vec<u8>> = (0..40).map(|i| format!("key-{i}").into_bytes()).collect();
+    for k in &keys {
+        cache.set(k, &make_value(k, 0, 64), 0, 0).unwrap();
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let hits = Arc::new(AtomicU64::new(0));
+    let mut threads = Vec::new();
+    for w in 0..2u64 {
+        let (cache, keys, stop) = (cache.clone(), keys.clone(), stop.clone());
+        threads.push(std::thread::spawn(move || {
+            let mut i = w;
+            while !stop.load(Ordering::Relaxed) {
+                i += 2;
+                let k = &keys[(i * 7 % keys.len() as u64) as usize];
+                let len = 40 + (i * 131 % 3000) as usize;
+                cache.set(k, &make_value(k, i, len), 0, 0).unwrap();
+                if i % 97 == 0 {
+                    cache.delete(k).unwrap();
+                }
+                if i % 31 == 0 {
+                    // In place: the counter stays a small multiple of FLIP,
+                    // whose bytes all change at once; a torn read is not one.
+                    let delta = if i % 62 == 0 { FLIP } else { -FLIP };
+                    let _ = cache.incr(b"counter", delta, Some(0), 0);
+                }
+            }
+        }));
+    }
+    for r in 0..2usize {
+        let (cache, keys, stop, hits) = (cache.clone(), keys.clone(), stop.clone(), hits.clone());
+        threads.push(std::thread::spawn(move || {
+            let mut i = r;
+            while !stop.load(Ordering::Relaxed) {
+                i += 1;
+                let k = &keys[i % keys.len()];
+                if let Some(v) = cache.get(k).unwrap() {
+                    verify_value(k, &v.data);
+                    hits.fetch_add(1, Ordering::Relaxed);
+                }
+                if let Some(v) = cache.get(b"counter").unwrap() {
+                    let n = i64::from_le_bytes(v.data.try_into().expect("a counter is 8 bytes"));
+                    assert_eq!(n % FLIP, 0, "torn counter {n:#x}");
+                }
+            }
+        }));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().unwrap();
+    }
+    let st = cache.stats().unwrap();
+    assert!(hits.load(Ordering::Relaxed) > 1000, "readers barely hit: {st:?}");
+    assert!(st.compactions > 10, "no compactions raced the readers: {st:?}");
+    assert_eq!(st.resets + st.corruptions, 0, "{st:?}");
+    cache.check().unwrap();
+}
+
+fn shard_bytes(cache: &Cache) -> Vec<u8> {
+    // The file through the page cache: the same pages the mapping shows.
+    let all = std::fs::read(cache.path()).unwrap();
+    all[4096..].to_vec()
+}
+
+#[test]
+fn a_hit_writes_nothing_in_the_shard() {
+    let dir = TempDir::new("opt-nowrite");
+    let cache = open(&dir, "c", 1 << 20, 2);
+    cache.set(b"hot", b"value", 0, 0).unwrap();
+    cache.set(b"ttl", b"value", 0, 60_000).unwrap();
+    // The first hit of each marks the entry visited for SIEVE (a write,
+    // under the lock); later hits and misses write nothing in the shards.
+    for k in [&b"hot"[..], b"ttl"] {
+        assert!(cache.get(k).unwrap().is_some());
+    }
+    let before = shard_bytes(&cache);
+    let hits_before = cache.stats().unwrap().hits;
+    for _ in 0..1000 {
+        assert_eq!(cache.get(b"hot").unwrap().unwrap().data, b"value");
+        assert!(cache.get(b"ttl").unwrap().is_some());
+        assert!(cache.get(b"absent").unwrap().is_none());
+    }
+    assert!(before == shard_bytes(&cache), "a get wrote into a shard");
+    let st = cache.stats().unwrap();
+    assert_eq!(st.hits - hits_before, 2000);
+    assert!(st.misses >= 1000);
+}
+
+#[test]
+fn hits_and_misses_from_every_handle_add_up() {
+    let dir = TempDir::new("opt-stats");
+    let a = open(&dir, "c", 1 << 20, 4);
+    let attach = OpenOptions { size: None, ..OpenOptions::default() };
+    let b = Cache::open(dir.file("c"), &attach).unwrap();
+    a.set(b"k", b"v", 0, 0).unwrap();
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let (path, attach) = (dir.file("c"), attach.clone());
+            std::thread::spawn(move || {
+                let c = Cache::open(path, &attach).unwrap();
+                for _ in 0..500 {
+                    assert!(c.get(b"k").unwrap().is_some());
+                    assert!(c.get(b"nope").unwrap().is_none());
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    for c in [&a, &b] {
+        let st = c.stats().unwrap();
+        assert_eq!((st.hits, st.misses), (2000, 2000));
+    }
+    // Per-shard counters no longer carry hits (a get writes no shard word).
+    assert!(a.shard_stats().unwrap().iter().all(|s| s.hits == 0 && s.misses == 0));
+}
+
+#[test]
+fn a_writer_stalled_mid_write_sends_readers_to_the_lock_not_a_spin() {
+    let dir = TempDir::new("opt-stalled");
+    let opts = OpenOptions {
+        size: Some(1 << 20),
+        shards: 1,
+        lock_timeout: Duration::from_millis(20),
+        ..OpenOptions::default()
+    };
+    let cache = Arc::new(Cache::open(dir.file("c"), &opts).unwrap());
+    cache.set(b"k", b"v", 0, 0).unwrap();
+    assert!(cache.get(b"k").unwrap().is_some());
+    let holder = {
+        let cache = cache.clone();
+        std::thread::spawn(move || {
+            cache.debug_hold_shard_mid_write(b"k", Duration::from_millis(400))
+        })
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    let t = Instant::now();
+    // The shard is half-written (its seq is odd): no optimistic read may
+    // return what is there; the get waits for the lock, runs out of time,
+    // and reads as a counted miss.
+    assert!(cache.get(b"k").unwrap().is_none());
+    assert!(t.elapsed() < Duration::from_millis(300), "the get did not give up");
+    assert!(cache.stats().unwrap().lock_timeouts >= 1);
+    holder.join().unwrap().unwrap();
+    cache.check().unwrap();
+}

@@ -1,0 +1,206 @@
+//! The C ABI called the way C calls it: raw pointers, status codes, the
+//! allocator callback, and bad arguments answered with codes, not crashes.
+
+use std::ffi::{c_void, CStr, CString};
+use std::ptr;
+
+use nearcache_ffi::*;
+
+extern "C" fn alloc_vec(ctx: *mut c_void, len: usize, flags: u32) -> *mut u8 {
+    // SAFETY: the tests pass a `*mut (Vec<u8>, u32)` as ctx.
+    let out = unsafe { &mut *(ctx as *mut (Vec<u8>, u32)) };
+    out.0 = vec![0; len];
+    out.1 = flags;
+    out.0.as_mut_ptr()
+}
+
+extern "C" fn alloc_at(ctx: *mut c_void, index: usize, len: usize, flags: u32) -> *mut u8 {
+    // SAFETY: the tests pass a `*mut Vec<Option<(Vec<u8>, u32)>>` as ctx.
+    let out = unsafe { &mut *(ctx as *mut Vec<Option<(Vec<u8>, u32)>>) };
+    out[index] = Some((vec![0; len], flags));
+    out[index].as_mut().unwrap().0.as_mut_ptr()
+}
+
+extern "C" fn count_keys(
+    ctx: *mut c_void,
+    _k: *const u8,
+    _kl: usize,
+    _vl: usize,
+    _f: u32,
+    _e: u64,
+) {
+    // SAFETY: the tests pass a `*mut usize` as ctx.
+    unsafe { *(ctx as *mut usize) += 1 };
+}
+
+fn message() -> String {
+    // SAFETY: nc_last_error_message returns a NUL-terminated string.
+    unsafe { CStr::from_ptr(nc_last_error_message()) }.to_string_lossy().into_owned()
+}
+
+struct Opened {
+    c: *mut NcCache,
+    dir: std::path::PathBuf,
+}
+
+impl Drop for Opened {
+    fn drop(&mut self) {
+        // SAFETY: c came from nc_open and is freed once.
+        unsafe { nc_free(self.c) };
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn open(name: &str, size: u64) -> Opened {
+    let dir = std::env::temp_dir().join(format!("nc-ffi-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let path = CString::new(dir.join("c").to_str().unwrap()).unwrap();
+    let opts = NcOpenOptions {
+        size,
+        shards: 0,
+        create: true,
+        recreate: false,
+        allow_foreign_owner: false,
+        lock_timeout_ms: 0,
+    };
+    let mut c = ptr::null_mut();
+    // SAFETY: valid path, options and out-pointer.
+    let st = unsafe { nc_open(path.as_ptr(), &opts, &mut c) };
+    assert_eq!(st, NcStatus::NC_OK, "{}", message());
+    Opened { c, dir }
+}
+
+#[test]
+fn set_get_round_trip_keeps_value_and_flags() {
+    let o = open("rt", 1 << 20);
+    let mut stored = false;
+    // SAFETY: all pointers valid for their lengths.
+    unsafe {
+        let st = nc_store(o.c, b"k".as_ptr(), 1, b"value".as_ptr(), 5, 1, 0, 0, &mut stored);
+        assert_eq!(st, NcStatus::NC_OK);
+        assert!(stored);
+        let mut got = (Vec::new(), 0u32);
+        let mut found = false;
+        let ctx = &mut got as *mut _ as *mut c_void;
+        assert_eq!(nc_get(o.c, b"k".as_ptr(), 1, alloc_vec, ctx, &mut found), NcStatus::NC_OK);
+        assert!(found);
+        assert_eq!(got, (b"value".to_vec(), 1));
+        // add refuses an existing key, replace a missing one.
+        nc_store(o.c, b"k".as_ptr(), 1, b"x".as_ptr(), 1, 0, 0, 1, &mut stored);
+        assert!(!stored);
+        nc_store(o.c, b"m".as_ptr(), 1, b"x".as_ptr(), 1, 0, 0, 2, &mut stored);
+        assert!(!stored);
+        let mut v = 0i64;
+        assert_eq!(nc_incr(o.c, b"n".as_ptr(), 1, -5, true, 0, 0, &mut v), NcStatus::NC_OK);
+        assert_eq!(v, -5);
+        assert_eq!(
+            nc_incr(o.c, b"k".as_ptr(), 1, 1, true, 0, 0, &mut v),
+            NcStatus::NC_NOT_A_COUNTER
+        );
+        let mut n = 0usize;
+        nc_keys(o.c, count_keys, &mut n as *mut _ as *mut c_void);
+        assert_eq!(n, 2);
+    }
+}
+
+#[test]
+fn many_keys_in_one_call() {
+    let o = open("many", 1 << 20);
+    let items = [
+        NcItem {
+            key: NcBytes { ptr: b"a".as_ptr(), len: 1 },
+            value: NcBytes { ptr: b"1".as_ptr(), len: 1 },
+            flags: 0,
+        },
+        NcItem {
+            key: NcBytes { ptr: b"b".as_ptr(), len: 1 },
+            value: NcBytes { ptr: b"22".as_ptr(), len: 2 },
+            flags: 7,
+        },
+    ];
+    let keys = [
+        NcBytes { ptr: b"a".as_ptr(), len: 1 },
+        NcBytes { ptr: b"zz".as_ptr(), len: 2 },
+        NcBytes { ptr: b"b".as_ptr(), len: 1 },
+    ];
+    let mut out: Vec<Option<(Vec<u8>, u32)>> = vec![None; 3];
+    // SAFETY: arrays valid for their counts.
+    unsafe {
+        assert_eq!(nc_set_many(o.c, items.as_ptr(), 2, 0), NcStatus::NC_OK);
+        let ctx = &mut out as *mut _ as *mut c_void;
+        assert_eq!(nc_get_many(o.c, keys.as_ptr(), 3, alloc_at, ctx), NcStatus::NC_OK);
+    }
+    assert_eq!(out, vec![Some((b"1".to_vec(), 0)), None, Some((b"22".to_vec(), 7))]);
+}
+
+#[test]
+fn bad_arguments_are_codes_with_messages_and_change_nothing() {
+    let o = open("bad", 1 << 20);
+    let mut stored = false;
+    // SAFETY: the invalid pointers are NULL, which the ABI checks.
+    unsafe {
+        assert_eq!(
+            nc_store(o.c, ptr::null(), 3, b"v".as_ptr(), 1, 0, 0, 0, &mut stored),
+            NcStatus::NC_INVALID_ARGUMENT
+        );
+        assert!(message().contains("NULL"), "{}", message());
+        assert_eq!(
+            nc_store(o.c, b"k".as_ptr(), 0, b"v".as_ptr(), 1, 0, 0, 0, &mut stored),
+            NcStatus::NC_BAD_KEY
+        );
+        assert_eq!(
+            nc_store(o.c, b"k".as_ptr(), 1, b"v".as_ptr(), 1, 0, -1, 0, &mut stored),
+            NcStatus::NC_INVALID_ARGUMENT
+        );
+        assert_eq!(
+            nc_store(o.c, b"k".as_ptr(), 1, b"v".as_ptr(), 1, 0, 0, 9, &mut stored),
+            NcStatus::NC_INVALID_ARGUMENT
+        );
+        assert!(message().contains("set mode"), "{}", message());
+        let big = vec![0u8; 2 << 20];
+        assert_eq!(
+            nc_store(o.c, b"k".as_ptr(), 1, big.as_ptr(), big.len(), 0, 0, 0, &mut stored),
+            NcStatus::NC_VALUE_TOO_LARGE
+        );
+        assert!(message().contains("left unchanged"), "{}", message());
+        let mut n = 99usize;
+        assert_eq!(nc_len(o.c, &mut n), NcStatus::NC_OK);
+        assert_eq!(n, 0, "nothing was stored by the failing calls");
+        assert_eq!(nc_len(ptr::null(), &mut n), NcStatus::NC_INVALID_ARGUMENT);
+        let mut c = ptr::null_mut();
+        assert_eq!(nc_open(ptr::null(), ptr::null(), &mut c), NcStatus::NC_INVALID_ARGUMENT);
+        assert!(c.is_null());
+        // A closed cache answers NC_CLOSED.
+        assert_eq!(nc_close(o.c), NcStatus::NC_OK);
+        assert!(nc_is_closed(o.c));
+        assert_eq!(nc_clear(o.c), NcStatus::NC_CLOSED);
+    }
+}
+
+#[test]
+fn keys_use_the_engine_encoding_both_ways() {
+    // A bytes key starting with 0xFF is escaped on the way in and
+    // unescaped on the way out; the int key 5 (0xFF '5', as the Python
+    // package stores it) stays invisible to this ABI.
+    assert_eq!(engine_key(b"plain").as_ref(), b"plain");
+    assert_eq!(engine_key(b"\xff5").as_ref(), b"\xfe\xff5");
+    assert_eq!(user_key(b"\xfe\xff5"), Some(&b"\xff5"[..]));
+    assert_eq!(user_key(b"\xff5"), None);
+    let o = open("keys", 1 << 20);
+    let mut stored = false;
+    let mut found = false;
+    let mut got: (Vec<u8>, u32) = (Vec::new(), 0);
+    // SAFETY: all pointers valid for their lengths.
+    unsafe {
+        nc_store(o.c, b"\xff5".as_ptr(), 2, b"bytes".as_ptr(), 5, 0, 0, 0, &mut stored);
+        let ctx = &mut got as *mut _ as *mut c_void;
+        nc_get(o.c, b"\xff5".as_ptr(), 2, alloc_vec, ctx, &mut found);
+    }
+    assert!(found);
+    assert_eq!(got.0, b"bytes");
+    let mut n = 0usize;
+    // SAFETY: valid handle and callback.
+    unsafe { nc_keys(o.c, count_keys, &mut n as *mut _ as *mut c_void) };
+    assert_eq!(n, 1, "the escaped key is listed once, as the caller's key");
+}

@@ -1,0 +1,132 @@
+# Serializers, compression, signing, read/write/delete callbacks, and bad
+# arguments (a clear croak, nothing lost).
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/lib";
+use Test::More;
+use NearTest qw(fresh_cache fresh_file);
+use Cache::Near;
+
+my $value = { list => [1, 'two', 3.5], text => "\x{263a}", flag => undef };
+
+for my $ser (qw(storable json sereal)) {
+    subtest "serializer $ser" => sub {
+        plan skip_all => 'Sereal is not installed'
+            if $ser eq 'sereal' && !eval { require Sereal::Encoder; require Sereal::Decoder; 1 };
+        my $file = fresh_file($ser);
+        my $c = Cache::Near->new(share_file => $file, cache_size => '4m', serializer => $ser);
+        is($c->serializer, $ser, 'configured');
+        $c->set(v => $value);
+        is_deeply($c->get('v'), $value, 'a structure round-trips');
+        $c->set(plain => 'text');
+        is($c->get('plain'), 'text', 'plain scalars stay native');
+        my $other = Cache::Near->new(share_file => $file, cache_size => '4m',
+            serializer => $ser eq 'json' ? 'storable' : 'json');
+        ok(!defined $other->get('v'), 'another serializer treats the entry as a miss');
+        is($other->get('plain'), 'text', '... but reads native values');
+    };
+}
+
+subtest 'compression' => sub {
+    my $file = fresh_file('z');
+    my $c = Cache::Near->new(share_file => $file, cache_size => '4m', compress => 1);
+    my $long = 'abc' x 10_000;
+    $c->set(long => $long);
+    is($c->get('long'), $long, 'a compressed string round-trips');
+    my %meta = map { $_->{key} => $_ } $c->get_keys(1);
+    cmp_ok($meta{long}{value_len}, '<', length($long) / 10, 'it is stored compressed');
+    $c->set(struct => { big => [ (1) x 5000 ] });
+    is(scalar @{ $c->get('struct')->{big} }, 5000, 'a compressed structure round-trips');
+    $c->set(short => 'x');
+    is($c->get('short'), 'x', 'values under the threshold are stored as they are');
+    my $plain = Cache::Near->new(share_file => $file, cache_size => '4m');
+    is($plain->get('long'), $long, 'a cache without compress still decompresses');
+};
+
+subtest 'signing' => sub {
+    my $file = fresh_file('sig');
+    my $signed = Cache::Near->new(share_file => $file, cache_size => '4m', signing_key => 'a secret of at least 16 bytes');
+    my $plain = Cache::Near->new(share_file => $file, cache_size => '4m');
+    $signed->set(s => $value);
+    is_deeply($signed->get('s'), $value, 'signed structure round-trips');
+    $signed->set(n => 5);
+    is($signed->get('n'), 5, 'signed native value round-trips');
+    $plain->set(u => 'unsigned');
+    ok(!defined $signed->get('u'), 'a signed cache rejects unsigned entries');
+    my $wrong = Cache::Near->new(share_file => $file, cache_size => '4m', signing_key => 'another secret, 16+ bytes');
+    ok(!defined $wrong->get('s'), 'a wrong key rejects the entry');
+    $plain->set(n => 5);
+    ok(!defined $signed->get('n'), '... also when an unsigned writer replaced a signed one');
+    eval { Cache::Near->new(share_file => $file, cache_size => '4m', signing_key => 'short') };
+    like($@, qr/signing_key must be at least 16 bytes/, 'a short signing key croaks');
+};
+
+subtest 'read_cb, write_cb, delete_cb' => sub {
+    my (@reads, @writes, @deletes);
+    my $c = fresh_cache(
+        context   => 'ctx',
+        read_cb   => sub { push @reads, [@_]; return $_[1] eq 'known' ? 'loaded' : undef },
+        write_cb  => sub { push @writes, [@_] },
+        delete_cb => sub { push @deletes, [@_] },
+    );
+    is($c->get('known'), 'loaded', 'a miss calls read_cb');
+    is($c->get('known'), 'loaded', '... whose value is then cached');
+    is(scalar @reads, 1, '... so read_cb ran once');
+    is_deeply($reads[0], ['ctx', 'known'], 'read_cb gets the context and key');
+    ok(!defined $c->get('unknown'), 'read_cb returning undef is a miss');
+    $c->set(w => 'v');
+    is_deeply(\@writes, [['ctx', 'w', 'v']], 'write_cb after set');
+    ok($c->remove('w'), 'remove');
+    is_deeply(\@deletes, [['ctx', 'w']], 'delete_cb after remove');
+    my $nf = fresh_cache(read_cb => sub { undef }, cache_not_found => 1);
+    $nf->get('x');
+    is($nf->count, 1, 'cache_not_found stores the miss');
+};
+
+subtest 'bad arguments croak clearly and lose nothing' => sub {
+    my $c = fresh_cache();
+    $c->set(keep => 'safe');
+    my @cases = (
+        [sub { $c->set(undef, 1) }, qr/the key is undefined/, 'undef key'],
+        [sub { $c->set('', 1) }, qr/the key is empty/, 'empty key'],
+        [sub { $c->set([], 1) }, qr/the key is a reference/, 'reference as key'],
+        [sub { $c->set('k' x 70_000, 1) }, qr/longer than the 65536-byte limit/, 'key too long'],
+        [sub { $c->set(k => 1, -5) }, qr/expire time must be >= 0/, 'negative expire'],
+        [sub { $c->set(k => 1, 'soon') }, qr/expire time 'soon' is not seconds/, 'bad expire'],
+        [sub { $c->incr('k', 'many') }, qr/delta must be an integer/, 'bad delta'],
+        [sub { $c->incr('k', 1, '1e99') }, qr/initial value must be an integer/, 'bad initial'],
+        [sub { $c->get_and_set('k', 'nope') }, qr/needs a code reference/, 'get_and_set without code'],
+        [sub { $c->multi_get('not a list') }, qr/array reference of keys/, 'multi_get of a scalar'],
+        [sub { $c->multi_set([1]) }, qr/hash reference/, 'multi_set of a list'],
+        [sub { $c->multi_set({ ok => 1, '' => 2 }) }, qr/the key is empty/, 'multi_set with a bad key'],
+        [sub { $c->get_keys(7) }, qr/mode must be 0, 1 or 2/, 'bad get_keys mode'],
+        [sub { Cache::Near->new(share_file => fresh_file(), cache_size => 'big') }, qr/size 'big' is not a number/, 'bad cache_size'],
+        [sub { Cache::Near->new(share_file => fresh_file(), shards => 3) }, qr/power of two/, 'bad shards'],
+        [sub { Cache::Near->new(share_file => fresh_file(), serializer => 'yaml') }, qr/unknown serializer 'yaml'/, 'unknown serializer'],
+        [sub { Cache::Near->new(share_file => fresh_file(), colour => 'red') }, qr/unknown option\(s\): colour/, 'unknown option'],
+        [sub { Cache::Near->new(share_file => fresh_file(), lock_timeout => 'soon') }, qr/lock_timeout must be a positive number/, 'bad lock_timeout'],
+        [sub { Cache::Near->new(share_file => fresh_file(), lock_timeout => -1) }, qr/lock_timeout must be a positive number/, 'negative lock_timeout'],
+        [sub { Cache::Near->new(share_file => fresh_file(), read_cb => 'x') }, qr/read_cb must be a code reference/, 'bad callback'],
+        [sub { Cache::Near->new(share_file => fresh_file(), write_action => 'write_back') }, qr/not supported/, 'write_back'],
+        [sub { Cache::Near->new(share_file => '/dev/null/x', cache_size => '1m') }, qr{Cache::Near: .*/dev/null}, 'unusable path'],
+        [sub { Cache::Near::get('not an object', 'k') }, qr/not a Cache::Near object/, 'function call on a non-object'],
+    );
+    for my $case (@cases) {
+        my ($code, $re, $name) = @$case;
+        eval { $code->() };
+        like($@, $re, $name);
+    }
+    my $timed = Cache::Near->new(share_file => fresh_file('lt'), cache_size => '1m', lock_timeout => 0.2);
+    $timed->set(t => 1);
+    is($timed->get('t'), 1, 'a cache opened with lock_timeout works');
+    is($c->get('keep'), 'safe', 'the cache still holds its value');
+    is($c->count, 1, '... and nothing else');
+    my $file = fresh_file('geom');
+    Cache::Near->new(share_file => $file, cache_size => '4m')->set(x => 1);
+    eval { Cache::Near->new(share_file => $file, cache_size => '8m') };
+    like($@, qr/incompatible cache file/, 'reopening with another size croaks');
+    is(Cache::Near->new(share_file => $file, cache_size => '4m')->get('x'), 1, '... and the file is intact');
+};
+
+done_testing;

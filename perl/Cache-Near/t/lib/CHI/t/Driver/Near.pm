@@ -1,0 +1,47 @@
+package CHI::t::Driver::Near;
+
+# CHI's own driver test suite (CHI::t::Driver), run against CHI::Driver::Near.
+
+use strict;
+use warnings;
+use CHI::Test;
+use base qw(CHI::t::Driver);
+
+my $share_file;
+
+sub required_modules { return { 'Cache::Near' => undef } }
+
+sub new_cache_options {
+    my $self = shift;
+    $share_file ||= Cache::Near->default_directory . "/chi-test-$$-" . time . '.cache';
+    return ($self->SUPER::new_cache_options(), share_file => $share_file, cache_size => '32m');
+}
+
+sub test_near_cache_is_shared_by_namespaces : Tests {
+    my ($self) = @_;
+    my $a = $self->new_cache(namespace => 'near-a');
+    my $b = $self->new_cache(namespace => 'near-b');
+    isa_ok($a->near_cache, 'Cache::Near');
+    is($a->near_cache, $b->near_cache, 'one Cache::Near per file in a process');
+    $a->set(k => 'from a');
+    $b->set(k => 'from b');
+    is($a->get('k'), 'from a', 'namespace a keeps its value');
+    is($b->get('k'), 'from b', 'namespace b keeps its value');
+    $a->clear;
+    ok(!defined $a->get('k'), 'clear empties namespace a');
+    is($b->get('k'), 'from b', '... and leaves namespace b alone');
+}
+
+sub test_value_too_large : Tests {
+    my ($self) = @_;
+    my $cache = $self->new_cache(namespace => 'near-large', on_set_error => 'die');
+    my $max = $cache->near_cache->max_entry_size;
+    $cache->set(small => 'x' x 1024);
+    throws_ok { $cache->set(large => 'x' x ($max + 1)) } qr/error during cache set.*exceeds/,
+        'a value larger than a shard croaks';
+    is($cache->get('small'), 'x' x 1024, 'the cache is unchanged');
+}
+
+END { unlink $share_file if $share_file }
+
+1;

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Build and test the Perl distribution perl/Cache-Near the way a Perl user
+# does (perl Makefile.PL && make && make test): Cache::Near's tests
+# (types, expiry, fork, kill -9 mid-write, serializers, bad arguments,
+# round trips with the Python package on one file) and CHI's own driver
+# suite against CHI::Driver::Near, with AUTHOR_TESTING=1 so CHI's
+# multi-process and timing tests run too.
+# Assumes scripts/install-deps.sh ran (it installs Perl, CHI and the test
+# modules, and nearcache's Python package for the cross-language tests).
+set -euo pipefail
+cd "$(dirname "$0")/../perl/Cache-Near"
+# Missing CHI, test modules or Python package fail instead of skipping.
+export NEARCACHE_REQUIRE_CHI=1 NEARCACHE_REQUIRE_PYTHON=1
+export NEARCACHE_PYTHON="${NEARCACHE_PYTHON:-$(command -v python3)}"
+perl Makefile.PL
+make
+AUTHOR_TESTING=1 make test
+
+# `nearcache bench` runs the Perl seed-000 benchmark now that the modules are built.
+cd ../..
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+python3 -m nearcache bench perl-chi-2010 --profile tiny --backends nearcache --no-progress \
+    --dir "$tmp/scratch" --json "$tmp/perl-bench.json" >/dev/null
+python3 - "$tmp/perl-bench.json" <<'PY'
+import json, sys
+w = json.load(open(sys.argv[1]))["workloads"][0]
+assert w["name"] == "perl-chi-2010", w["name"]
+assert len(w["cases"]) == 5, [c["case"] for c in w["cases"]]
+for case in w["cases"]:
+    assert not case["skipped"].get("nearcache"), case["skipped"]
+    (m,) = case["measurements"]
+    for module in ("C:Near", "CHI:Near", "C:FMmap", "CHI:Mem", "CHI:FMmap"):
+        assert m["metrics"][f"{module} ops/s"] > 0, (case["case"], module)
+print("nearcache bench perl-chi-2010: 5 cases measured")
+PY
