@@ -53,7 +53,6 @@ def free_port(host: str = "127.0.0.1") -> int:
         return port
 
 
-
 def _all_threads_stopped(pid: int) -> bool:
     """Whether every thread of ``pid`` is stopped by a signal (``/proc`` state T).
 
@@ -76,6 +75,7 @@ def _all_threads_stopped(pid: int) -> bool:
         if state not in ("T", "t"):
             return False
     return True
+
 
 class ServerProcess:
     """One server process that this process started and alone may stop."""
