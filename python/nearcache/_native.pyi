@@ -139,6 +139,8 @@ class NativeCache:
         decoder: Callable[[int, bytes], object] | None = None,
         lock_timeout_ms: float = 50.0,
         on_lock_timeout: str = "raise",
+        spill_threshold: int | None = None,
+        spill_budget: int | None = None,
     ) -> NativeCache:
         """Open ``path`` or create it with ``size`` bytes in ``shards`` shards.
 
@@ -158,6 +160,10 @@ class NativeCache:
         :class:`ShardLockTimeoutError` (``on_lock_timeout="raise"``) or is
         skipped, reported as not stored / not found (``"skip"``). Both are
         counted in ``stats()["lock_timeouts"]``.
+
+        Values longer than ``spill_threshold`` bytes (default 128 KiB) or too
+        large for a shard are kept in files beside the cache, which hold at
+        most ``spill_budget`` bytes (default 1 GiB; 0 disables spilling).
         """
 
     @property

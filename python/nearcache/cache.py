@@ -228,6 +228,16 @@ class Cache:
         miss, and a write raises :class:`~nearcache.errors.ShardLockTimeoutError`
         (``on_lock_timeout="raise"``, the default) or is skipped, as if not
         stored (``"skip"``).  Both are counted in ``stats()["lock_timeouts"]``.
+    ``spill_threshold``, ``spill_budget``
+        Values (as stored: serialized, compressed) longer than
+        ``spill_threshold`` bytes (default 128 KiB), and any value too large
+        for a shard, are kept in files in a directory beside the cache file
+        (``<file>.spill/``) and read back as if they were inline.  Their
+        files may hold at most ``spill_budget`` bytes (default 1 GiB; e.g.
+        ``"4GiB"``); past it, spilled values are evicted (SIEVE order).
+        ``spill_budget=0`` disables spilling: values too large for a shard
+        raise :class:`~nearcache.errors.ValueTooLargeError`.  See the guide,
+        "Large values".
 
     >>> with Cache("doc-cache", size="1MiB", ttl=300, prefix="app1:") as c:
     ...     c["answer"] = 42
@@ -258,6 +268,8 @@ class Cache:
         create: bool = True,
         lock_timeout: Duration = 0.05,
         on_lock_timeout: str = "raise",
+        spill_threshold: Size | None = None,
+        spill_budget: Size | None = None,
     ) -> None:
         if name is not None and path is not None:
             raise ConfigurationError("pass a cache name or path=, not both")
@@ -274,6 +286,14 @@ class Cache:
             default_ttl_ms = ttl_to_ms(ttl) or 0
             prefix_bytes = encode_prefix(prefix)
             lock_timeout_ms = parse_duration(lock_timeout) * 1000.0
+            spill_threshold_bytes = None if spill_threshold is None else parse_size(spill_threshold)
+            spill_budget_bytes = (
+                None
+                if spill_budget is None
+                else 0
+                if spill_budget in (0, "0")
+                else parse_size(spill_budget)
+            )
         except (TypeError, ValueError) as exc:
             raise ConfigurationError(str(exc)) from exc
         if on_lock_timeout not in ("raise", "skip"):
@@ -304,6 +324,8 @@ class Cache:
             "allow_foreign_owner": allow_foreign_owner,
             "lock_timeout": lock_timeout,
             "on_lock_timeout": on_lock_timeout,
+            "spill_threshold": spill_threshold,
+            "spill_budget": spill_budget,
         }
         self._counters = _DecodeCounters()
         self._native = self._open(
@@ -317,6 +339,8 @@ class Cache:
             create=create,
             lock_timeout_ms=lock_timeout_ms,
             on_lock_timeout=on_lock_timeout,
+            spill_threshold=spill_threshold_bytes,
+            spill_budget=spill_budget_bytes,
             # Signed caches verify every entry themselves (SignedCache).
             decoder=None if self._codec.signed else _make_decoder(self._codec, self._counters),
         )

@@ -22,19 +22,63 @@ use crate::counters::{Counter, Stripes};
 use crate::error::{Error, Result};
 use crate::file::{self, Mapping, OpenOptions};
 use crate::hash::{hash_key, shard_of};
-use crate::layout::{entry_size, Geometry, HEADER_SIZE, MAX_KEY_LEN};
-use crate::shard::{Entry0, EntryRef, Now, SetMode, Shard, ShardGuard};
+use crate::layout::{entry_size, fh, Geometry, FLAG_SPILLED, HEADER_SIZE, MAX_KEY_LEN};
+use crate::shard::{self as shard_mod, Entry0, EntryRef, Now, SetMode, Shard, ShardGuard};
+use crate::spill::{Refusal, SpillDir, SpillRef, SweepReport, REF_LEN, SWEEP_GRACE};
 use crate::stats::ShardStats;
+use std::collections::HashSet;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 
 /// Flag value the engine uses for 64-bit counters (little-endian i64).
 pub const FLAG_INT: u32 = 2;
 
 /// One key of a batch: (shard index, key position, hash).
 type Planned = (usize, usize, u64);
+
+/// What a get's callback made of an entry: the caller's result for an
+/// inline value, or the reference of a spilled one (read after the shard
+/// is left, by [`Cache::finish_spilled`]).
+enum Hit<R> {
+    Value(R),
+    Spilled(SpilledHit),
+}
+
+/// A spilled entry as the index showed it.
+#[derive(Clone, Copy)]
+struct SpilledHit {
+    /// None: the entry's bytes are not a reference (refused).
+    r: Option<SpillRef>,
+    flags: u32,
+    expires_ms: u64,
+}
+
+impl SpilledHit {
+    fn of(e: &EntryRef<'_>) -> Self {
+        SpilledHit {
+            r: e.spill_ref(),
+            flags: e.flags() & !FLAG_SPILLED,
+            expires_ms: e.expires_ms(),
+        }
+    }
+}
+
+/// Outcome of reading a spilled value.
+enum SpillRead<R> {
+    Got(R),
+    /// Refused or gone for good: a miss.
+    Miss,
+    /// The file was gone: the entry was replaced or removed meanwhile; read
+    /// the index again.
+    Again,
+}
+
+/// Gets that find a spilled value's file gone re-read the index this many
+/// times (each time means a writer replaced the value meanwhile) before
+/// they count the entry as dangling.
+const SPILL_READ_TRIES: usize = 4;
 
 /// A value copied out of the cache, with its flags.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,6 +107,15 @@ pub struct Cache {
     max_entry: usize,
     lock_timeout: std::time::Duration,
     closed: AtomicBool,
+    /// Values longer than this are spilled (see `spill.rs`).
+    spill_threshold: usize,
+    /// Most bytes spilled files may hold (0: spilling disabled).
+    spill_budget: u64,
+    allow_foreign_owner: bool,
+    /// The spill directory, opened on first use.
+    spill: OnceLock<SpillDir>,
+    /// Where the next budget eviction starts (a shard index).
+    spill_hand: AtomicUsize,
 }
 
 impl std::fmt::Debug for Cache {
@@ -73,6 +126,15 @@ impl std::fmt::Debug for Cache {
             .field("capacity", &self.geo.total_size())
             .finish()
     }
+}
+
+/// A u64 field of the file header of `m`, as an atomic.
+fn header_word(m: &Mapping, field: usize) -> &AtomicU64 {
+    debug_assert!(field % 8 == 0 && field + 8 <= fh::FIELDS_END);
+    // SAFETY: the header page is mapped as long as `m`; `field` is an
+    // 8-aligned offset inside its fields (above), and every process
+    // accesses these words only atomically.
+    unsafe { &*(m.ptr.add(field) as *const AtomicU64) }
 }
 
 /// The per-CPU counters in the file header of `m`.
@@ -116,12 +178,12 @@ impl Cache {
     /// after the same checks as a first open (see `file::reopen`).
     pub fn open(path: impl AsRef<Path>, opts: &OpenOptions) -> Result<Cache> {
         let path = path.as_ref();
-        let map = match file::reopen(path, opts) {
-            Some(map) => map,
-            None => Cache::map_file(path, opts)?,
+        let (map, first_here) = match file::reopen(path, opts) {
+            Some(map) => (map, false),
+            None => (Cache::map_file(path, opts)?, true),
         };
         let geo = map.geo;
-        Ok(Cache {
+        let cache = Cache {
             max_entry: geo.max_entry_size(),
             geo,
             shards: shards_of(&map, &geo),
@@ -129,7 +191,19 @@ impl Cache {
             path: path.to_path_buf(),
             lock_timeout: opts.lock_timeout,
             closed: AtomicBool::new(false),
-        })
+            spill_threshold: opts.spill_threshold.unwrap_or(file::DEFAULT_SPILL_THRESHOLD),
+            spill_budget: opts.spill_budget,
+            allow_foreign_owner: opts.allow_foreign_owner,
+            spill: OnceLock::new(),
+            spill_hand: AtomicUsize::new(std::process::id() as usize),
+        };
+        if first_here && !matches!(cache.map.how, file::Attach::Shared) {
+            // Alone on the file: no other process can be between linking a
+            // spilled file and publishing it, so every unnamed file is an
+            // orphan and the spilled bytes can be recounted.
+            cache.sweep_spilled_alone()?;
+        }
+        Ok(cache)
     }
 
     /// Open (or create) and map the file, and register the mapping.
@@ -251,6 +325,39 @@ impl Cache {
         }
     }
 
+    /// Whether a value of `value_len` bytes under `key` is kept in a file.
+    #[inline]
+    fn spills(&self, key: &[u8], value_len: usize) -> bool {
+        self.spill_budget > 0
+            && (value_len > self.spill_threshold
+                || entry_size(key.len(), value_len.min(usize::MAX / 2)) > self.max_entry)
+    }
+
+    /// Check that `value_len` bytes under `key` can be stored, inline or
+    /// spilled.
+    fn check_storable(&self, key: &[u8], value_len: usize) -> Result<()> {
+        if !self.spills(key, value_len) {
+            return self.check_fits(key, value_len);
+        }
+        self.check_fits(key, REF_LEN)?;
+        if value_len as u64 > self.spill_budget {
+            return Err(Error::OverSpillBudget {
+                len: value_len as u64,
+                budget: self.spill_budget,
+            });
+        }
+        Ok(())
+    }
+
+    fn check_flags(flags: u32) -> Result<()> {
+        if flags & FLAG_SPILLED != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "flags {flags:#x} use bit 31, which the engine reserves"
+            )));
+        }
+        Ok(())
+    }
+
     fn check_fits(&self, key: &[u8], value_len: usize) -> Result<()> {
         // max_entry <= u32::MAX, so this also keeps value_len in 32 bits;
         // saturating: a value near usize::MAX must not wrap to a small size.
@@ -262,13 +369,15 @@ impl Cache {
     }
 
     /// Run `f` on the value of `key` (no extra copy: `f` copies straight
-    /// from the mapping into its own buffer).
+    /// from the mapping, or from a spilled value's file, into its own
+    /// buffer).
     ///
     /// The read is optimistic: it takes no lock, and if a writer changed
     /// the shard meanwhile, what `f` returned is dropped and the read runs
     /// again (at last under the lock). So `f` may run more than once, on
     /// bytes that were changing; it must only copy them out, and only the
-    /// result of a validated run is returned.
+    /// result of a validated run is returned. A spilled value whose file
+    /// fails its checks is dropped and reads as a miss.
     #[inline]
     pub fn get_with<R>(
         &self,
@@ -276,11 +385,35 @@ impl Cache {
         mut f: impl FnMut(EntryRef<'_>) -> R,
     ) -> Result<Option<R>> {
         let (shard, h) = self.route(key)?;
-        let mut now = Now::new();
-        if let Some(got) = shard.get_optimistic(key, h, &mut now, &mut f) {
-            return Ok(got);
+        for _ in 0..SPILL_READ_TRIES {
+            let mut now = Now::new();
+            let mut intercept = |e: EntryRef<'_>| {
+                if e.flags() & FLAG_SPILLED != 0 {
+                    Hit::Spilled(SpilledHit::of(&e))
+                } else {
+                    Hit::Value(f(e))
+                }
+            };
+            let hit = match shard.get_optimistic(key, h, &mut now, &mut intercept) {
+                Some(hit) => hit,
+                None => {
+                    let g = self.lock_for_read(shard)?;
+                    let hit = g.and_then(|g| g.get(key, h, &mut now, intercept));
+                    self.reap();
+                    hit
+                }
+            };
+            match hit {
+                None => return Ok(None),
+                Some(Hit::Value(r)) => return Ok(Some(r)),
+                Some(Hit::Spilled(s)) => match self.finish_spilled(key, s, &mut f) {
+                    SpillRead::Got(r) => return Ok(Some(r)),
+                    SpillRead::Miss => return Ok(None),
+                    SpillRead::Again => continue,
+                },
+            }
         }
-        self.get_locked_with(key, f)
+        Ok(None)
     }
 
     /// [`Cache::get_with`] under the shard lock: `f` runs at most once, on
@@ -292,8 +425,117 @@ impl Cache {
         f: impl FnOnce(EntryRef<'_>) -> R,
     ) -> Result<Option<R>> {
         let (shard, h) = self.route(key)?;
-        let Some(g) = self.lock_for_read(shard)? else { return Ok(None) };
-        Ok(g.get(key, h, &mut Now::new(), f))
+        let mut f = Some(f);
+        for _ in 0..SPILL_READ_TRIES {
+            let Some(g) = self.lock_for_read(shard)? else { return Ok(None) };
+            let hit = g.get(key, h, &mut Now::new(), |e| {
+                if e.flags() & FLAG_SPILLED != 0 {
+                    Hit::Spilled(SpilledHit::of(&e))
+                } else {
+                    Hit::Value((f.take().expect("called once"))(e))
+                }
+            });
+            drop(g);
+            self.reap();
+            match hit {
+                None => return Ok(None),
+                Some(Hit::Value(r)) => return Ok(Some(r)),
+                Some(Hit::Spilled(s)) => {
+                    let mut once = |e: EntryRef<'_>| f.take().map(|f| f(e));
+                    match self.finish_spilled(key, s, &mut once) {
+                        SpillRead::Got(r) => return Ok(r),
+                        SpillRead::Miss => return Ok(None),
+                        SpillRead::Again => continue,
+                    }
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Read the spilled value `s` of `key` through `f`.
+    fn finish_spilled<R>(
+        &self,
+        key: &[u8],
+        s: SpilledHit,
+        f: &mut impl FnMut(EntryRef<'_>) -> R,
+    ) -> SpillRead<R> {
+        let Some(r) = s.r else {
+            self.refuse_spilled(key, None);
+            return SpillRead::Miss;
+        };
+        let dir = match self.spill_dir(false) {
+            Ok(Some(dir)) => dir,
+            // No directory at all: the value cannot be there.
+            Ok(None) | Err(_) => {
+                self.refuse_spilled(key, Some(&r));
+                return SpillRead::Miss;
+            }
+        };
+        match dir.open_value(&r) {
+            Ok(file) => {
+                let out = f(EntryRef::spilled(&file, s.flags, s.expires_ms));
+                if file.failed() {
+                    self.refuse_spilled(key, Some(&r));
+                    SpillRead::Miss
+                } else {
+                    SpillRead::Got(out)
+                }
+            }
+            Err(Refusal::Missing) => {
+                // Replaced or removed since the index was read (the entry
+                // leaves the index before its file goes): read the index
+                // again. If it still names this file, the file was removed
+                // behind the cache's back.
+                let still = self.peek_spill_ref(key).is_some_and(|now| now == r);
+                if still {
+                    self.refuse_spilled(key, Some(&r));
+                    SpillRead::Miss
+                } else {
+                    SpillRead::Again
+                }
+            }
+            Err(Refusal::Bad(_)) => {
+                self.refuse_spilled(key, Some(&r));
+                SpillRead::Miss
+            }
+        }
+    }
+
+    /// The spill reference `key` names now, if its value is spilled.
+    fn peek_spill_ref(&self, key: &[u8]) -> Option<SpillRef> {
+        let (shard, h) = self.route(key).ok()?;
+        let g = self.lock_for_read(shard).ok()??;
+        // A look, not a read: `contains` semantics would skip the hit
+        // count, but the lookup below counts one; that is acceptable for
+        // this rare path.
+        g.get(key, h, &mut Now::new(), |e| {
+            if e.flags() & FLAG_SPILLED != 0 {
+                e.spill_ref()
+            } else {
+                None
+            }
+        })
+        .flatten()
+    }
+
+    /// A spilled value failed its checks (or its file is gone): count it and
+    /// drop its entry if it still names that file (`None`: the entry's bytes
+    /// were not a reference at all).
+    #[cold]
+    fn refuse_spilled(&self, key: &[u8], r: Option<&SpillRef>) {
+        header_word(&self.map, fh::SPILL_REFUSED).fetch_add(1, Ordering::Relaxed);
+        let Ok((shard, h)) = self.route(key) else { return };
+        let Ok(g) = self.lock_for_write(shard) else { return };
+        let mut now = Now::new();
+        let names_it = g
+            .get(key, h, &mut now, |e| e.flags() & FLAG_SPILLED != 0 && e.spill_ref().as_ref() == r)
+            .unwrap_or(false);
+        if names_it {
+            g.delete(key, h, &mut now);
+        }
+        drop(g);
+        self.reap();
     }
 
     /// The value and flags of `key`.
@@ -305,7 +547,8 @@ impl Cache {
     ///
     /// Fails with [`Error::Full`], leaving the old value, only when the
     /// file system has no room to grow the key's shard and the entry is
-    /// larger than all the space that shard holds.
+    /// larger than all the space that shard holds, or no room for a
+    /// spilled value's file.
     pub fn set(&self, key: &[u8], value: &[u8], flags: u32, ttl_ms: u64) -> Result<()> {
         self.store(key, value, flags, ttl_ms, SetMode::Always).map(|_| ())
     }
@@ -321,6 +564,7 @@ impl Cache {
     }
 
     /// Store under `mode` (set, add or replace); returns whether it stored.
+    /// Values above the spill threshold go to a file (see `spill.rs`).
     pub fn store(
         &self,
         key: &[u8],
@@ -330,33 +574,270 @@ impl Cache {
         mode: SetMode,
     ) -> Result<bool> {
         let (shard, h) = self.route(key)?;
+        Self::check_flags(flags)?;
+        if self.spills(key, value.len()) {
+            return self.store_spilled(key, value, flags, ttl_ms, mode);
+        }
         self.check_fits(key, value.len())?;
         let mut now = Now::new();
         let exp = expires_for(ttl_ms, &mut now);
         let g = self.lock_for_write(shard)?;
-        g.set(key, h, value, flags, exp, mode, &mut now)
+        let stored = g.set(key, h, value, flags, exp, mode, &mut now);
+        drop(g);
+        self.reap();
+        stored
+    }
+
+    /// Write `value` to a file, then publish an entry naming it.
+    fn store_spilled(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        ttl_ms: u64,
+        mode: SetMode,
+    ) -> Result<bool> {
+        self.check_storable(key, value.len())?;
+        let (shard, h) = self.route(key)?;
+        // Cheap early answer for add/replace (the decision that counts is
+        // made again under the lock).
+        match mode {
+            SetMode::IfAbsent if self.contains(key)? => return Ok(false),
+            SetMode::IfPresent if !self.contains(key)? => return Ok(false),
+            _ => {}
+        }
+        let len = value.len() as u64;
+        self.reserve_spill(len)?;
+        let unreserve = || {
+            saturating_sub(header_word(&self.map, fh::SPILL_BYTES), len);
+        };
+        let written = self.spill_dir(true).and_then(|dir| {
+            let dir = dir.expect("created");
+            dir.write(value).map(|r| (dir, r))
+        });
+        let (dir, r) = match written {
+            Ok(w) => w,
+            Err(e) => {
+                unreserve();
+                return Err(e);
+            }
+        };
+        let mut now = Now::new();
+        let exp = expires_for(ttl_ms, &mut now);
+        let stored = self
+            .lock_for_write(shard)
+            .and_then(|g| g.set(key, h, &r.to_bytes(), flags | FLAG_SPILLED, exp, mode, &mut now));
+        match stored {
+            Ok(true) => {
+                header_word(&self.map, fh::SPILL_VALUES).fetch_add(1, Ordering::Relaxed);
+            }
+            _ => {
+                dir.remove(r.id);
+                unreserve();
+            }
+        }
+        self.reap();
+        stored
+    }
+
+    /// Count `len` more spilled bytes, first evicting spilled values (SIEVE
+    /// order, shard by shard from a moving hand) while the budget would be
+    /// passed. Fails, counting nothing, if they cannot make room.
+    fn reserve_spill(&self, len: u64) -> Result<()> {
+        let bytes = header_word(&self.map, fh::SPILL_BYTES);
+        let before = bytes.fetch_add(len, Ordering::AcqRel);
+        if before.saturating_add(len) <= self.spill_budget {
+            return Ok(());
+        }
+        self.sweep_if_due();
+        let n = self.shards.len();
+        let mut swept = false;
+        // Two rounds: the first clears visited marks it passes over.
+        let mut visits = 0;
+        while bytes.load(Ordering::Acquire) > self.spill_budget {
+            if visits == 2 * n {
+                if swept {
+                    saturating_sub(bytes, len);
+                    return Err(Error::Full(format!(
+                        "the spill budget of {} bytes is held by values being written by \
+                         other processes; raise the spill_budget option",
+                        self.spill_budget
+                    )));
+                }
+                // Orphans of killed writers may hold the budget.
+                swept = true;
+                visits = 0;
+                let _ = self.sweep_spilled(SWEEP_GRACE);
+                continue;
+            }
+            let i = self.spill_hand.fetch_add(1, Ordering::Relaxed) % n;
+            visits += 1;
+            let need = bytes.load(Ordering::Acquire).saturating_sub(self.spill_budget);
+            let g = match self.lock_for_write(&self.shards[i]) {
+                Ok(g) => g,
+                Err(e) => {
+                    saturating_sub(bytes, len);
+                    return Err(e);
+                }
+            };
+            g.evict_spilled(need, &mut Now::new());
+            drop(g);
+            self.reap();
+        }
+        Ok(())
+    }
+
+    /// Remove the files of spilled entries this thread dropped from the
+    /// index (after the shard lock is released), and uncount them.
+    #[inline]
+    fn reap(&self) {
+        if shard_mod::has_dropped() {
+            self.reap_dropped();
+        }
+    }
+
+    #[cold]
+    fn reap_dropped(&self) {
+        let base = self.map.ptr as usize;
+        let dropped = shard_mod::take_dropped(base..base + self.map.len);
+        if dropped.is_empty() {
+            return;
+        }
+        let dir = self.spill_dir(false).ok().flatten();
+        for r in dropped {
+            if let Some(dir) = dir {
+                dir.remove(r.id);
+            }
+            saturating_sub(header_word(&self.map, fh::SPILL_BYTES), r.len);
+            saturating_sub(header_word(&self.map, fh::SPILL_VALUES), 1);
+        }
+    }
+
+    /// The spill directory, opened (and with `create`, made) on first use.
+    fn spill_dir(&self, create: bool) -> Result<Option<&SpillDir>> {
+        if let Some(d) = self.spill.get() {
+            return Ok(Some(d));
+        }
+        match SpillDir::open(&self.path, create, self.allow_foreign_owner)? {
+            Some(d) => Ok(Some(self.spill.get_or_init(|| d))),
+            None => Ok(None),
+        }
+    }
+
+    /// The ids of the files live entries name, and their bytes.
+    fn referenced_spills(&self) -> Result<(HashSet<u64>, u64)> {
+        let mut refs = Vec::new();
+        for s in &self.shards {
+            self.lock_for_write(s)?.spilled_refs(&mut refs);
+        }
+        self.reap();
+        let bytes = refs.iter().map(|r| r.len).sum();
+        Ok((refs.into_iter().map(|r| r.id).collect(), bytes))
+    }
+
+    /// Remove spilled files that no live entry names and whose status
+    /// changed more than `grace` ago (files younger than that may be
+    /// between being linked and being published by another process).
+    pub fn sweep_spilled(&self, grace: std::time::Duration) -> Result<SweepReport> {
+        self.live()?;
+        let Some(dir) = self.spill_dir(false)? else { return Ok(SweepReport::default()) };
+        let (referenced, _) = self.referenced_spills()?;
+        let report = dir.sweep(&referenced, grace)?;
+        header_word(&self.map, fh::SPILL_SWEPT_MS).store(crate::shard::now_ms(), Ordering::Relaxed);
+        Ok(report)
+    }
+
+    /// Sweep at most once per `SWEEP_GRACE` across all processes.
+    fn sweep_if_due(&self) {
+        let word = header_word(&self.map, fh::SPILL_SWEPT_MS);
+        let last = word.load(Ordering::Relaxed);
+        let now = crate::shard::now_ms();
+        if now.saturating_sub(last) >= SWEEP_GRACE.as_millis() as u64
+            && word.compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+        {
+            let _ = self.sweep_spilled(SWEEP_GRACE);
+        }
+    }
+
+    /// The first process attached: sweep every orphan and recount.
+    fn sweep_spilled_alone(&self) -> Result<()> {
+        let Some(dir) = self.spill_dir(false)? else {
+            header_word(&self.map, fh::SPILL_BYTES).store(0, Ordering::Relaxed);
+            header_word(&self.map, fh::SPILL_VALUES).store(0, Ordering::Relaxed);
+            return Ok(());
+        };
+        let (referenced, bytes) = self.referenced_spills()?;
+        dir.sweep(&referenced, std::time::Duration::ZERO)?;
+        header_word(&self.map, fh::SPILL_BYTES).store(bytes, Ordering::Relaxed);
+        header_word(&self.map, fh::SPILL_VALUES).store(referenced.len() as u64, Ordering::Relaxed);
+        header_word(&self.map, fh::SPILL_SWEPT_MS).store(crate::shard::now_ms(), Ordering::Relaxed);
+        Ok(())
     }
 
     /// Remove `key`; returns whether it was present.
     pub fn delete(&self, key: &[u8]) -> Result<bool> {
         let (shard, h) = self.route(key)?;
         let g = self.lock_for_write(shard)?;
-        Ok(g.delete(key, h, &mut Now::new()))
+        let removed = g.delete(key, h, &mut Now::new());
+        drop(g);
+        self.reap();
+        Ok(removed)
     }
 
     /// Delete `key` only if its value is exactly `expected`; returns whether
     /// it deleted. Atomic: one lock hold covers the comparison and the delete.
+    /// A spilled value never compares equal (compare-and-delete is meant for
+    /// small tokens such as lock owners).
     pub fn delete_if_equals(&self, key: &[u8], expected: &[u8]) -> Result<bool> {
         let (shard, h) = self.route(key)?;
         let g = self.lock_for_write(shard)?;
-        Ok(g.delete_if_equals(key, h, expected, &mut Now::new()))
+        let removed = g.delete_if_equals(key, h, expected, &mut Now::new());
+        drop(g);
+        self.reap();
+        Ok(removed)
     }
 
     /// Remove `key` and hand its value to `f`.
     pub fn pop_with<R>(&self, key: &[u8], f: impl FnOnce(EntryRef<'_>) -> R) -> Result<Option<R>> {
         let (shard, h) = self.route(key)?;
         let g = self.lock_for_write(shard)?;
-        Ok(g.pop(key, h, &mut Now::new(), f))
+        let mut f = Some(f);
+        let hit = g.pop(key, h, &mut Now::new(), |e| {
+            if e.flags() & FLAG_SPILLED != 0 {
+                Hit::Spilled(SpilledHit::of(&e))
+            } else {
+                Hit::Value((f.take().expect("called once"))(e))
+            }
+        });
+        drop(g);
+        // The file of a popped spilled value is read before it is removed.
+        let out = match hit {
+            None => None,
+            Some(Hit::Value(r)) => Some(r),
+            Some(Hit::Spilled(s)) => {
+                let dir = self.spill_dir(false).ok().flatten();
+                let file = s.r.zip(dir).and_then(|(r, dir)| dir.open_value(&r).ok());
+                match file {
+                    Some(file) => {
+                        let out =
+                            f.take().map(|f| f(EntryRef::spilled(&file, s.flags, s.expires_ms)));
+                        if file.failed() {
+                            header_word(&self.map, fh::SPILL_REFUSED)
+                                .fetch_add(1, Ordering::Relaxed);
+                            None
+                        } else {
+                            out
+                        }
+                    }
+                    None => {
+                        header_word(&self.map, fh::SPILL_REFUSED).fetch_add(1, Ordering::Relaxed);
+                        None
+                    }
+                }
+            }
+        };
+        self.reap();
+        Ok(out)
     }
 
     /// Remove `key` and return its value.
@@ -370,21 +851,30 @@ impl Cache {
         let mut now = Now::new();
         let exp = expires_for(ttl_ms, &mut now);
         let g = self.lock_for_write(shard)?;
-        Ok(g.touch(key, h, exp, &mut now))
+        let present = g.touch(key, h, exp, &mut now);
+        drop(g);
+        self.reap();
+        Ok(present)
     }
 
     /// Absolute expiry of `key` in Unix ms (0 = never), None if absent.
     pub fn expires_at(&self, key: &[u8]) -> Result<Option<u64>> {
         let (shard, h) = self.route(key)?;
         let Some(g) = self.lock_for_read(shard)? else { return Ok(None) };
-        Ok(g.expires_of(key, h, &mut Now::new()))
+        let exp = g.expires_of(key, h, &mut Now::new());
+        drop(g);
+        self.reap();
+        Ok(exp)
     }
 
     /// Whether `key` is present (does not count as a hit).
     pub fn contains(&self, key: &[u8]) -> Result<bool> {
         let (shard, h) = self.route(key)?;
         let Some(g) = self.lock_for_read(shard)? else { return Ok(false) };
-        Ok(g.contains(key, h, &mut Now::new()))
+        let present = g.contains(key, h, &mut Now::new());
+        drop(g);
+        self.reap();
+        Ok(present)
     }
 
     /// Atomically add `delta` to the counter at `key`. A missing key starts
@@ -396,7 +886,10 @@ impl Cache {
         let mut now = Now::new();
         let exp = expires_for(ttl_ms, &mut now);
         let g = self.lock_for_write(shard)?;
-        g.incr(key, h, delta, initial, exp, FLAG_INT, &mut now)
+        let r = g.incr(key, h, delta, initial, exp, FLAG_INT, &mut now);
+        drop(g);
+        self.reap();
+        r
     }
 
     /// Plan a batch: (shard, key position, hash) for every key, sorted by
@@ -420,17 +913,34 @@ impl Cache {
     }
 
     /// Look up many keys, taking each shard's lock once. `f(i, entry)` is
-    /// called for each hit, with `i` the key's position.
+    /// called for each hit, with `i` the key's position. Spilled values are
+    /// read after their shard's lock is released.
     pub fn get_many_with<K: AsRef<[u8]>>(
         &self,
         keys: &[K],
         mut f: impl FnMut(usize, EntryRef<'_>),
     ) -> Result<()> {
         let mut now = Now::new();
+        let mut spilled = Vec::new();
         for run in self.plan(keys)?.chunk_by(|a, b| a.0 == b.0) {
             let Some(g) = self.lock_for_read(&self.shards[run[0].0])? else { continue };
             for &(_, i, h) in run {
-                g.get(keys[i].as_ref(), h, &mut now, |e| f(i, e));
+                g.get(keys[i].as_ref(), h, &mut now, |e| {
+                    if e.flags() & FLAG_SPILLED != 0 {
+                        spilled.push((i, SpilledHit::of(&e)));
+                    } else {
+                        f(i, e)
+                    }
+                });
+            }
+        }
+        self.reap();
+        for (i, s) in spilled {
+            let key = keys[i].as_ref();
+            let mut call = |e: EntryRef<'_>| f(i, e);
+            if let SpillRead::Again = self.finish_spilled(key, s, &mut call) {
+                // Replaced meanwhile: read it again on its own.
+                self.get_with(key, |e| f(i, e))?;
             }
         }
         Ok(())
@@ -450,24 +960,45 @@ impl Cache {
     /// stored, so a too-large item leaves the cache unchanged. On a full
     /// file system an item larger than its shard's held space fails with
     /// [`Error::Full`]: the items before it are stored, that one and the
-    /// rest are not.
+    /// rest are not. Values above the spill threshold are stored one by
+    /// one, after the inline ones.
     pub fn set_many<K: AsRef<[u8]>, V: AsRef<[u8]>>(
         &self,
         items: &[(K, V, u32)],
         ttl_ms: u64,
     ) -> Result<()> {
-        for (k, v, _) in items {
-            self.check_fits(k.as_ref(), v.as_ref().len())?;
+        let mut inline = Vec::with_capacity(items.len());
+        let mut large = Vec::new();
+        for (i, (k, v, fl)) in items.iter().enumerate() {
+            Self::check_flags(*fl)?;
+            self.check_storable(k.as_ref(), v.as_ref().len())?;
+            if self.spills(k.as_ref(), v.as_ref().len()) {
+                large.push(i);
+            } else {
+                inline.push(i);
+            }
         }
-        let keys: Vec<&[u8]> = items.iter().map(|(k, _, _)| k.as_ref()).collect();
+        let keys: Vec<&[u8]> = inline.iter().map(|&i| items[i].0.as_ref()).collect();
         let mut now = Now::new();
         let exp = expires_for(ttl_ms, &mut now);
         for run in self.plan(&keys)?.chunk_by(|a, b| a.0 == b.0) {
             let g = self.lock_for_write(&self.shards[run[0].0])?;
-            for &(_, i, h) in run {
-                let (k, v, fl) = &items[i];
-                g.set(k.as_ref(), h, v.as_ref(), *fl, exp, SetMode::Always, &mut now)?;
+            for &(_, j, h) in run {
+                let (k, v, fl) = &items[inline[j]];
+                if let Err(e) =
+                    g.set(k.as_ref(), h, v.as_ref(), *fl, exp, SetMode::Always, &mut now)
+                {
+                    drop(g);
+                    self.reap();
+                    return Err(e);
+                }
             }
+            drop(g);
+            self.reap();
+        }
+        for i in large {
+            let (k, v, fl) = &items[i];
+            self.store(k.as_ref(), v.as_ref(), *fl, ttl_ms, SetMode::Always)?;
         }
         Ok(())
     }
@@ -481,15 +1012,18 @@ impl Cache {
             for &(_, i, h) in run {
                 n += g.delete(keys[i].as_ref(), h, &mut now) as usize;
             }
+            drop(g);
+            self.reap();
         }
         Ok(n)
     }
 
-    /// Remove every entry.
+    /// Remove every entry (and every spilled value's file).
     pub fn clear(&self) -> Result<()> {
         self.live()?;
         for s in &self.shards {
             self.lock_for_write(s)?.clear();
+            self.reap();
         }
         Ok(())
     }
@@ -543,6 +1077,9 @@ impl Cache {
             held_bytes: HEADER_SIZE as u64,
             hits: stripes.sum(Counter::Hits),
             misses: stripes.sum(Counter::Misses),
+            spilled_bytes: header_word(&self.map, fh::SPILL_BYTES).load(Ordering::Relaxed),
+            spilled_values: header_word(&self.map, fh::SPILL_VALUES).load(Ordering::Relaxed),
+            spill_refused: header_word(&self.map, fh::SPILL_REFUSED).load(Ordering::Relaxed),
             ..ShardStats::default()
         };
         for s in self.shard_stats()? {
@@ -620,4 +1157,10 @@ impl Cache {
     pub fn shard_index(&self, key: &[u8]) -> usize {
         shard_of(hash_key(self.geo.seed, key), self.geo.shard_count)
     }
+}
+
+/// Lower a shared counter by `n`, stopping at 0 (a recount by a process
+/// attaching alone may have set it lower than what was counted in).
+fn saturating_sub(word: &AtomicU64, n: u64) {
+    let _ = word.fetch_update(Ordering::AcqRel, Ordering::Relaxed, |v| Some(v.saturating_sub(n)));
 }

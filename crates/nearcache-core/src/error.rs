@@ -21,6 +21,8 @@ pub enum Error {
     BadKey { len: usize, max: usize },
     /// Key, value and entry header do not fit in one entry of this cache.
     ValueTooLarge { needed: usize, max: usize },
+    /// A value too large to keep inline is larger than the spill budget.
+    OverSpillBudget { len: u64, budget: u64 },
     /// The file exists but was made with other parameters or another layout.
     Incompatible(String),
     /// The file is not a nearcache file or fails a consistency check.
@@ -66,6 +68,11 @@ impl fmt::Display for Error {
                 f,
                 "entry of {needed} bytes exceeds the {max}-byte entry limit of this cache \
                  (use a larger cache or fewer shards); the cache was left unchanged"
+            ),
+            Error::OverSpillBudget { len, budget } => write!(
+                f,
+                "value of {len} bytes exceeds the {budget}-byte spill budget of this cache \
+                 (raise the spill_budget option); the cache was left unchanged"
             ),
             Error::Incompatible(msg) => write!(f, "incompatible cache file: {msg}"),
             Error::Corrupt(msg) => write!(f, "corrupt cache file: {msg}"),

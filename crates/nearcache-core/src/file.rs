@@ -91,7 +91,21 @@ pub struct OpenOptions {
     /// Reserve the whole file at creation (fail at once if the file system
     /// cannot hold it) instead of reserving space as the shards fill.
     pub preallocate: bool,
+    /// Values longer than this are kept in files beside the cache
+    /// (`spill.rs`) instead of inline; None: [`DEFAULT_SPILL_THRESHOLD`].
+    /// Values that do not fit inline are spilled whatever this says.
+    pub spill_threshold: Option<usize>,
+    /// Most bytes this handle lets spilled values hold in their files
+    /// before it evicts spilled values to make room; 0 disables spilling
+    /// (values beyond the inline limit are refused).
+    pub spill_budget: u64,
 }
+
+/// Values above this many bytes are spilled by default (see
+/// `docs/design/engine.md`, "Large values", for the measurement).
+pub const DEFAULT_SPILL_THRESHOLD: usize = 128 * 1024;
+/// Default spill budget: 1 GiB, like diskcache's default size limit.
+pub const DEFAULT_SPILL_BUDGET: u64 = 1 << 30;
 
 impl Default for OpenOptions {
     fn default() -> Self {
@@ -103,6 +117,8 @@ impl Default for OpenOptions {
             allow_foreign_owner: false,
             lock_timeout: crate::lock::DEFAULT_LOCK_TIMEOUT,
             preallocate: false,
+            spill_threshold: None,
+            spill_budget: DEFAULT_SPILL_BUDGET,
         }
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! file  = [file header, HEADER_SIZE bytes][shard 0][shard 1]...[shard n-1]
-//! file header = [fields, 96 bytes][unused][per-CPU counter stripes, from 128]
+//! file header = [fields, 128 bytes][per-CPU counter stripes, from 128]
 //! shard = [shard header, SHARD_HEADER_SIZE bytes]
 //!         [slot index: slots_per_shard x u64]
 //!         [arena: entries appended in insertion order, 8-byte aligned]
@@ -20,6 +20,11 @@
 use crate::error::{Error, Result};
 use crate::hash::{DEFAULT_SEED, HASH_XXH3_64};
 use crate::lock::MUTEX_BYTES;
+
+/// Entry flag bit the engine reserves: the value is a reference to a file
+/// holding the real value (see `spill.rs`). Callers' flags must leave it
+/// clear.
+pub const FLAG_SPILLED: u32 = 1 << 31;
 
 /// "NEARCACH" — the first eight bytes of every cache file.
 pub const MAGIC: [u8; 8] = *b"NEARCACH";
@@ -86,8 +91,18 @@ pub mod fh {
     /// (see `shard.rs`); 0 in files allocated in full at creation (every
     /// file written before lazy reservation, and `preallocate`).
     pub const LAZY: usize = 88;
+    /// Bytes held in spilled-value files (`spill.rs`), a u64 changed
+    /// atomically by every process; recounted by a process attaching alone.
+    pub const SPILL_BYTES: usize = 96;
+    /// Spilled values (files) live entries name, counted like SPILL_BYTES.
+    pub const SPILL_VALUES: usize = 104;
+    /// Spilled values refused (symlink, owner, mode, length or checksum
+    /// wrong, file missing) and dropped.
+    pub const SPILL_REFUSED: usize = 112;
+    /// Unix ms of the last sweep of the spill directory (`spill.rs`).
+    pub const SPILL_SWEPT_MS: usize = 120;
     /// End of the fields above.
-    pub const FIELDS_END: usize = 96;
+    pub const FIELDS_END: usize = 128;
     /// Fields [0, FIXED_END) are written once at creation.
     pub const FIXED_END: usize = 64;
     /// Per-CPU hit and miss counters, from here to the end of the header

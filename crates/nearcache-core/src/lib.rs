@@ -45,11 +45,12 @@ pub mod lock;
 mod registry;
 mod shard;
 mod sigbus;
+pub mod spill;
 pub mod stats;
 
 pub use cache::{Cache, CheckReport, Value, FLAG_INT};
 pub use error::{Error, Result};
 pub use file::{default_directory, OpenOptions};
-pub use layout::{LAYOUT_VERSION, MAX_KEY_LEN};
+pub use layout::{FLAG_SPILLED, LAYOUT_VERSION, MAX_KEY_LEN};
 pub use shard::{now_ms, Entry0, EntryRef, SetMode, COMPACT_FREE_PERCENT};
 pub use stats::ShardStats;

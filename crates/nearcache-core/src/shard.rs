@@ -72,8 +72,9 @@ use crate::error::{Error, Result};
 use crate::hash::{first_slot, tag_of};
 use crate::layout::*;
 use crate::lock::{self, Acquired};
+use crate::spill::{SpillRef, ValueFile, REF_LEN};
 use crate::stats::ShardStats;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::ptr;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -88,6 +89,41 @@ pub const COMPACT_FREE_PERCENT: usize = 20;
 /// it, before it takes the lock. Small: a torn read means a writer is
 /// active, and the lock then waits without burning the core.
 const OPTIMISTIC_TRIES: usize = 3;
+
+thread_local! {
+    /// References of spilled entries this thread removed from an index,
+    /// with the base address of their shard: the cache unlinks their files
+    /// once the shard lock is released (`Cache::reap`).
+    static DROPPED: RefCell<Vec<(usize, [u8; REF_LEN])>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Take the references of spilled entries this thread dropped from shards
+/// whose base address lies in `within` (one mapping: another cache's
+/// references stay for that cache).
+pub(crate) fn take_dropped(within: std::ops::Range<usize>) -> Vec<SpillRef> {
+    DROPPED.with(|d| {
+        let mut d = d.borrow_mut();
+        if d.is_empty() {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        d.retain(|(base, raw)| {
+            if within.contains(base) {
+                out.extend(SpillRef::parse(raw));
+                false
+            } else {
+                true
+            }
+        });
+        out
+    })
+}
+
+/// Whether this thread has dropped spilled entries not yet reaped.
+#[inline]
+pub(crate) fn has_dropped() -> bool {
+    DROPPED.with(|d| !d.borrow().is_empty())
+}
 
 /// Shard corruption found while reading shared memory.
 #[derive(Debug)]
@@ -148,11 +184,36 @@ pub enum SetMode {
 /// be changing under the copy, and whatever was made from them is thrown
 /// away unless the shard's `seq` shows that nothing changed.
 pub struct EntryRef<'g> {
-    guard: &'g ShardGuard<'g>,
-    val_off: usize,
+    src: Src<'g>,
     val_len: usize,
     flags: u32,
     expires_ms: u64,
+}
+
+/// Where an entry's value bytes are.
+enum Src<'g> {
+    /// In the arena, at this offset.
+    Arena { guard: &'g ShardGuard<'g>, off: usize },
+    /// In a spilled-value file (`spill.rs`).
+    Spilled(&'g ValueFile),
+}
+
+impl<'g> EntryRef<'g> {
+    /// A spilled value, opened and checked by the cache.
+    pub(crate) fn spilled(file: &'g ValueFile, flags: u32, expires_ms: u64) -> Self {
+        EntryRef { src: Src::Spilled(file), val_len: file.len(), flags, expires_ms }
+    }
+
+    /// The reference of a spilled entry (flags has `FLAG_SPILLED`), as
+    /// read from the arena; None if the bytes are not a reference.
+    pub(crate) fn spill_ref(&self) -> Option<SpillRef> {
+        if self.val_len != REF_LEN {
+            return None;
+        }
+        let mut b = [0u8; REF_LEN];
+        self.copy_to(&mut b);
+        SpillRef::parse(&b)
+    }
 }
 
 impl EntryRef<'_> {
@@ -175,11 +236,19 @@ impl EntryRef<'_> {
     /// Copy the value into `dst`, which must be exactly `len()` bytes.
     pub fn copy_to(&self, dst: &mut [u8]) {
         assert_eq!(dst.len(), self.val_len, "destination has the wrong length");
-        // SAFETY: val_off..val_off+val_len was checked to lie inside the
-        // arena's used part when this EntryRef was made; the mapping lives
-        // as long as the guard it borrows. Without the lock the bytes may
-        // change while they are copied: the copy is then discarded.
-        unsafe { self.guard.shard.copy_out(self.val_off, dst.as_mut_ptr(), self.val_len) }
+        match self.src {
+            // SAFETY: off..off+val_len was checked to lie inside the
+            // arena's used part when this EntryRef was made; the mapping
+            // lives as long as the guard it borrows. Without the lock the
+            // bytes may change while they are copied: the copy is then
+            // discarded.
+            Src::Arena { guard, off } => unsafe {
+                guard.shard.copy_out(off, dst.as_mut_ptr(), self.val_len)
+            },
+            // A failed read or checksum is recorded in the file: the cache
+            // discards what was made from this copy.
+            Src::Spilled(file) => file.read_into(dst),
+        }
     }
     /// The value as a new vector.
     pub fn to_vec(&self) -> Vec<u8> {
@@ -434,8 +503,7 @@ impl Shard {
                 return None;
             }
             let r = f(EntryRef {
-                guard: &view,
-                val_off: e.val_off(),
+                src: Src::Arena { guard: &view, off: e.val_off() },
                 val_len: e.val_len,
                 flags: e.flags,
                 expires_ms: e.expires,
@@ -753,8 +821,20 @@ impl<'a> ShardGuard<'a> {
         Ok(Probe { found: None, free_slot })
     }
 
+    /// A live entry leaves the index: if it names a spilled file, queue the
+    /// file for removal once the lock is released.
+    fn note_dropped(&self, e: &Entry) {
+        if e.flags & FLAG_SPILLED != 0 && e.val_len == REF_LEN {
+            let mut raw = [0u8; REF_LEN];
+            // SAFETY: the value bytes lie inside the checked entry.
+            unsafe { self.shard.copy_out(e.val_off(), raw.as_mut_ptr(), REF_LEN) };
+            DROPPED.with(|d| d.borrow_mut().push((self.shard.base as usize, raw)));
+        }
+    }
+
     /// Remove the entry in slot `i` (it becomes a tombstone).
     fn unlink(&self, i: usize, e: &Entry) {
+        self.note_dropped(e);
         self.set_state(e, e.state | STATE_DEAD);
         self.set_slot(i, TOMBSTONE);
         self.add_stat(sh::TOMBSTONES, 1);
@@ -935,8 +1015,7 @@ impl<'a> ShardGuard<'a> {
                 }
                 self.shard.stripes.add(Counter::Hits);
                 Some(f(EntryRef {
-                    guard: self,
-                    val_off: e.val_off(),
+                    src: Src::Arena { guard: self, off: e.val_off() },
                     val_len: e.val_len,
                     flags: e.flags,
                     expires_ms: e.expires,
@@ -1174,8 +1253,7 @@ impl<'a> ShardGuard<'a> {
     ) -> Option<R> {
         let (i, e) = self.lookup_live(key, hash, now)?;
         let r = f(EntryRef {
-            guard: self,
-            val_off: e.val_off(),
+            src: Src::Arena { guard: self, off: e.val_off() },
             val_len: e.val_len,
             flags: e.flags,
             expires_ms: e.expires,
@@ -1250,6 +1328,7 @@ impl<'a> ShardGuard<'a> {
     /// Drop every entry.
     pub(crate) fn clear(&self) {
         let items = self.hdr(sh::ITEMS);
+        let _ = self.walk_indexed(|e| self.note_dropped(e));
         self.reset_data();
         self.add_stat(sh::DELETES, items);
         self.release_memory();
@@ -1297,9 +1376,17 @@ impl<'a> ShardGuard<'a> {
                     key.resize(e.key_len, 0);
                     // SAFETY: key bytes inside the checked entry.
                     unsafe { self.shard.copy_out(off + ENTRY_HEADER, key.as_mut_ptr(), e.key_len) };
+                    let value_len = match self.spilled_ref(&e) {
+                        Some(r) => r.len as usize,
+                        None => e.val_len,
+                    };
                     f(
                         &key,
-                        &Entry0 { value_len: e.val_len, flags: e.flags, expires_ms: e.expires },
+                        &Entry0 {
+                            value_len,
+                            flags: e.flags & !FLAG_SPILLED,
+                            expires_ms: e.expires,
+                        },
                     );
                 }
                 off += e.size;
@@ -1309,6 +1396,100 @@ impl<'a> ShardGuard<'a> {
         if let Err(c) = res {
             self.recover(c);
         }
+    }
+
+    /// Call `f` on every entry not marked dead (live or expired), in arena
+    /// order. Reads only.
+    fn walk_indexed(&self, mut f: impl FnMut(&Entry)) -> Check<()> {
+        let bump = self.bump()?;
+        let mut off = 0;
+        while off < bump {
+            let e = self.entry(off, bump)?;
+            if !e.is_dead() {
+                f(&e);
+            }
+            off += e.size;
+        }
+        Ok(())
+    }
+
+    /// The reference of a spilled entry, None for an inline one (or a
+    /// spilled one whose reference does not parse: its get refuses it).
+    fn spilled_ref(&self, e: &Entry) -> Option<SpillRef> {
+        if e.flags & FLAG_SPILLED == 0 || e.val_len != REF_LEN {
+            return None;
+        }
+        let mut raw = [0u8; REF_LEN];
+        // SAFETY: the value bytes lie inside the checked entry.
+        unsafe { self.shard.copy_out(e.val_off(), raw.as_mut_ptr(), REF_LEN) };
+        SpillRef::parse(&raw)
+    }
+
+    /// Append the references of every spilled entry not marked dead
+    /// (expired ones included: their files are still theirs). A shard
+    /// that fails its checks is reset (its files become orphans).
+    pub(crate) fn spilled_refs(&self, out: &mut Vec<SpillRef>) {
+        if let Err(c) = self.walk_indexed(|e| out.extend(self.spilled_ref(e))) {
+            self.recover(c);
+        }
+    }
+
+    /// Drop spilled entries until their files hold at least `need` bytes:
+    /// expired ones first as met, then SIEVE order (a visited entry loses
+    /// its mark and is spared once; the caller's next round takes it).
+    /// Returns the bytes whose files are now queued for removal.
+    pub(crate) fn evict_spilled(&self, need: u64, now: &mut Now) -> u64 {
+        let t = now.get();
+        let mut victims = Vec::new();
+        let mut freed = 0u64;
+        let walked = self.walk_indexed(|e| {
+            if freed >= need {
+                return;
+            }
+            let Some(r) = self.spilled_ref(e) else { return };
+            if !e.expired(t) && e.state & STATE_VISITED != 0 {
+                self.set_state(e, e.state & !STATE_VISITED);
+                return;
+            }
+            freed += r.len;
+            victims.push((*e, r.len));
+        });
+        if let Err(c) = walked {
+            self.recover(c);
+            return 0;
+        }
+        if victims.is_empty() {
+            return 0;
+        }
+        self.begin_write();
+        let (mut evicted, mut queued) = (0, 0);
+        for (e, len) in &victims {
+            // The slot of each victim, found by its hash and offset.
+            if let Ok(Some(i)) = self.slot_of(e) {
+                self.unlink(i, e);
+                evicted += 1;
+                queued += len;
+            }
+        }
+        self.end_write();
+        self.add_stat(sh::EVICTIONS, evicted);
+        queued
+    }
+
+    /// The index slot that points at entry `e`.
+    fn slot_of(&self, e: &Entry) -> Check<Option<usize>> {
+        let active = self.active_slots()?;
+        let mask = active - 1;
+        let want = Self::slot_value(e.hash, e.off);
+        let mut s = first_slot(e.hash, mask);
+        for _ in 0..active {
+            match self.slot(s) {
+                0 => return Ok(None),
+                v if v == want => return Ok(Some(s)),
+                _ => s = (s + 1) & mask,
+            }
+        }
+        Ok(None)
     }
 
     /// Compact: drop dead and expired entries, then (if `evict`)
@@ -1343,6 +1524,7 @@ impl<'a> ShardGuard<'a> {
                 continue;
             }
             if e.expired(t) {
+                self.note_dropped(&e);
                 expired += 1;
                 continue;
             }
@@ -1382,6 +1564,8 @@ impl<'a> ShardGuard<'a> {
                     live_bytes -= e.size;
                     live_items -= 1;
                     evicted += 1;
+                    let e = *e;
+                    self.note_dropped(&e);
                 }
             }
             idx = if idx + 1 == n { 0 } else { idx + 1 };
@@ -1457,6 +1641,7 @@ impl<'a> ShardGuard<'a> {
             used_bytes: self.hdr(sh::BUMP),
             capacity_bytes: self.shard.arena_size as u64,
             held_bytes: self.held_bytes(),
+            ..ShardStats::default()
         }
     }
 

@@ -47,11 +47,19 @@ pub struct ShardStats {
     pub salvages: u64,
     /// Entries dropped by repairs and resets after a crash or corruption.
     pub entries_lost: u64,
+    /// Bytes held in spilled values' files (whole cache only, from the
+    /// file header; 0 per shard).
+    pub spilled_bytes: u64,
+    /// Spilled values (whole cache only).
+    pub spilled_values: u64,
+    /// Spilled values refused (file missing, swapped, a symlink, wrong
+    /// owner, mode, length or checksum) and dropped (whole cache only).
+    pub spill_refused: u64,
 }
 
 impl ShardStats {
     /// Field names and values, in a stable order (for bindings).
-    pub fn fields(&self) -> [(&'static str, u64); 17] {
+    pub fn fields(&self) -> [(&'static str, u64); 20] {
         [
             ("hits", self.hits),
             ("misses", self.misses),
@@ -70,6 +78,9 @@ impl ShardStats {
             ("salvages", self.salvages),
             ("entries_lost", self.entries_lost),
             ("held_bytes", self.held_bytes),
+            ("spilled_bytes", self.spilled_bytes),
+            ("spilled_values", self.spilled_values),
+            ("spill_refused", self.spill_refused),
         ]
     }
 }
@@ -94,6 +105,9 @@ impl std::ops::AddAssign for ShardStats {
         self.salvages = self.salvages.wrapping_add(o.salvages);
         self.entries_lost = self.entries_lost.wrapping_add(o.entries_lost);
         self.held_bytes = self.held_bytes.wrapping_add(o.held_bytes);
+        self.spilled_bytes = self.spilled_bytes.wrapping_add(o.spilled_bytes);
+        self.spilled_values = self.spilled_values.wrapping_add(o.spilled_values);
+        self.spill_refused = self.spill_refused.wrapping_add(o.spill_refused);
     }
 }
 

@@ -102,8 +102,10 @@ fn batches_take_each_shard_once() {
 
 #[test]
 fn too_large_value_leaves_cache_unchanged() {
+    // With spilling disabled (spill_budget 0), the inline limit is the limit.
     let d = TempDir::new("large");
-    let c = open(&d, "c", 256 << 10, 1);
+    let c =
+        Cache::open(d.file("c"), &OpenOptions { spill_budget: 0, ..opts(256 << 10, 1) }).unwrap();
     for i in 0..50u32 {
         c.set(format!("k{i}").as_bytes(), &[i as u8; 1000], 0, 0).unwrap();
     }

@@ -380,11 +380,26 @@ fn a_full_file_system_means_eviction_within_held_space() {
     // An entry larger than everything its shard holds: a clear error, and
     // the old value stays.
     c.set(b"big", b"old", 7, 0).unwrap();
-    match c.set(b"big", &vec![1u8; 2 << 20], 0, 0) {
+    let inline_only =
+        Cache::open(&path, &OpenOptions { size: None, spill_budget: 0, ..OpenOptions::default() })
+            .unwrap();
+    match inline_only.set(b"big", &vec![1u8; 2 << 20], 0, 0) {
         Err(nearcache_core::Error::Full(m)) => assert!(m.contains("nothing was changed"), "{m}"),
         other => panic!("expected Full, got {other:?}"),
     }
+    drop(inline_only);
+    // Spilled, the value needs a 2 MiB file on a full file system: ENOSPC
+    // is a clear error, the old value stays, and no partial file is left.
+    match c.set(b"big", &vec![1u8; 2 << 20], 0, 0) {
+        Err(nearcache_core::Error::Full(m)) => {
+            assert!(m.contains("previous value is kept"), "{m}")
+        }
+        other => panic!("expected Full, got {other:?}"),
+    }
     assert_eq!(c.get(b"big").unwrap().unwrap().data, b"old");
+    let spill_dir = nearcache_core::spill::dir_path(&path);
+    assert_eq!(std::fs::read_dir(&spill_dir).unwrap().count(), 0, "a partial file was left");
+    assert_eq!(c.stats().unwrap().spilled_bytes, 0);
     c.check().unwrap();
     drop(c);
     // Reopened on the full file system: reads and writes still work.

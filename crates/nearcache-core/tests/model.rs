@@ -52,8 +52,13 @@ fn value(n: u16, b: u8) -> Vec<u8> {
 type Model = HashMap<Vec<u8>, (Vec<u8>, u32)>;
 
 fn run(ops: &[Op], size: usize, shards: usize, may_evict: bool) {
+    run_with(ops, opts(size, shards), may_evict)
+}
+
+fn run_with(ops: &[Op], options: nearcache_core::OpenOptions, may_evict: bool) {
     let d = TempDir::new("model");
-    let c = open(&d, "c", size, shards);
+    let path = d.file("c");
+    let c = nearcache_core::Cache::open(&path, &options).unwrap();
     let mut m: Model = HashMap::new();
     // Compare a cache answer with the model; with eviction, a miss is
     // allowed (and forgets the key), a wrong value never is.
@@ -147,6 +152,10 @@ fn run(ops: &[Op], size: usize, shards: usize, may_evict: bool) {
         }
     }
     c.check().unwrap();
+    // Every spilled value has exactly one file, and no file is left over.
+    let s = c.stats().unwrap();
+    let files = std::fs::read_dir(nearcache_core::spill::dir_path(&path)).map_or(0, |d| d.count());
+    assert_eq!(files as u64, s.spilled_values, "{s:?}");
     if !may_evict {
         assert_eq!(c.len().unwrap(), m.len());
         for (k, want) in &m {
@@ -162,6 +171,24 @@ proptest! {
     #[test]
     fn matches_model_without_eviction(ops in proptest::collection::vec(op(), 1..400)) {
         run(&ops, 4 << 20, 4, false);
+    }
+
+    #[test]
+    fn matches_model_with_spilled_values(ops in proptest::collection::vec(op(), 1..300)) {
+        // Values above 1000 bytes go to files: about half of the sets.
+        let o = nearcache_core::OpenOptions { spill_threshold: Some(1000), ..opts(4 << 20, 4) };
+        run_with(&ops, o, false);
+    }
+
+    #[test]
+    fn never_wrong_with_a_small_spill_budget(ops in proptest::collection::vec(op(), 1..300)) {
+        // A 6 KB budget holds a handful of spilled values: the budget evicts.
+        let o = nearcache_core::OpenOptions {
+            spill_threshold: Some(500),
+            spill_budget: 6_000,
+            ..opts(64 << 10, 1)
+        };
+        run_with(&ops, o, true);
     }
 
     #[test]

@@ -218,7 +218,7 @@ fn fail(e: CoreError) -> NcStatus {
     match e {
         CoreError::Closed => NC_CLOSED,
         CoreError::BadKey { .. } => NC_BAD_KEY,
-        CoreError::ValueTooLarge { .. } => NC_VALUE_TOO_LARGE,
+        CoreError::ValueTooLarge { .. } | CoreError::OverSpillBudget { .. } => NC_VALUE_TOO_LARGE,
         CoreError::Incompatible(_) => NC_INCOMPATIBLE,
         CoreError::Corrupt(_) => NC_CORRUPT,
         CoreError::Permission(_) => NC_PERMISSION,

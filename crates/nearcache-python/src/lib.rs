@@ -88,7 +88,9 @@ fn to_py(py: Python<'_>, e: CoreError) -> PyErr {
     match e {
         CoreError::Closed => raise(py, &CLOSED, msg),
         CoreError::BadKey { .. } => raise(py, &BAD_KEY, msg),
-        CoreError::ValueTooLarge { .. } => raise(py, &TOO_LARGE, msg),
+        CoreError::ValueTooLarge { .. } | CoreError::OverSpillBudget { .. } => {
+            raise(py, &TOO_LARGE, msg)
+        }
         // The engine speaks of its option generically; say it as Python writes it.
         CoreError::Incompatible(_) => raise(py, &INCOMPATIBLE, msg.replace("=true", "=True")),
         CoreError::Corrupt(_) => raise(py, &CORRUPT, msg),
@@ -427,7 +429,7 @@ impl NativeCache {
 #[pymethods]
 impl NativeCache {
     #[new]
-    #[pyo3(signature = (path, size, shards=0, *, default_ttl_ms=0, prefix=Vec::new(), recreate=false, allow_foreign_owner=false, create=true, decoder=None, lock_timeout_ms=50.0, on_lock_timeout="raise"))]
+    #[pyo3(signature = (path, size, shards=0, *, default_ttl_ms=0, prefix=Vec::new(), recreate=false, allow_foreign_owner=false, create=true, decoder=None, lock_timeout_ms=50.0, on_lock_timeout="raise", spill_threshold=None, spill_budget=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -442,6 +444,8 @@ impl NativeCache {
         decoder: Option<Bound<'_, PyAny>>,
         lock_timeout_ms: f64,
         on_lock_timeout: &str,
+        spill_threshold: Option<u64>,
+        spill_budget: Option<u64>,
     ) -> PyResult<Self> {
         let skip_lock_timeouts = match on_lock_timeout {
             "raise" => false,
@@ -490,6 +494,8 @@ impl NativeCache {
             recreate,
             allow_foreign_owner,
             lock_timeout: std::time::Duration::from_secs_f64(lock_timeout_ms / 1000.0),
+            spill_threshold: spill_threshold.map(|t| t.min(usize::MAX as u64) as usize),
+            spill_budget: spill_budget.unwrap_or(nearcache_core::file::DEFAULT_SPILL_BUDGET),
             ..OpenOptions::default()
         };
         let inner = Cache::open(&path, &opts).or_py(py)?;
