@@ -180,6 +180,12 @@ class NativeCache:
     def max_entry_size(self) -> int:
         """Largest key+value (plus a 32-byte header) one entry may use."""
     @property
+    def max_value_size(self) -> int:
+        """Longest value accepted: the spill budget (or, with spilling off, what fits inline)."""
+    @property
+    def spill_threshold(self) -> int:
+        """Values longer than this many bytes are kept in files beside the cache."""
+    @property
     def default_ttl_ms(self) -> int: ...
     @property
     def closed(self) -> bool: ...

@@ -416,6 +416,17 @@ class Cache:
         return self._native.max_entry_size
 
     @property
+    def max_value_size(self) -> int:
+        """Longest stored value (after serialization) accepted: the spill budget,
+        or with ``spill_budget=0`` what fits in one entry."""
+        return self._native.max_value_size
+
+    @property
+    def spill_threshold(self) -> int:
+        """Stored values longer than this many bytes are kept in files beside the cache."""
+        return self._native.spill_threshold
+
+    @property
     def default_ttl(self) -> float | None:
         """Default TTL in seconds, or None when entries never expire by default."""
         ms = self._native.default_ttl_ms

@@ -42,11 +42,14 @@ def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture
 def make_cache(tmp_path: Path) -> Iterator[Callable[..., Cache]]:
-    """Factory of caches on private paths (1 MiB unless told); closes them after the test."""
+    """Factory of caches on private paths (1 MiB, 2 MiB spill budget unless told);
+    closes them after the test."""
     opened: list[Cache] = []
 
     def factory(name: str = "c", **options: Any) -> Cache:
         options.setdefault("size", "1MiB")
+        # A small spill budget: tests of the value size limit stay small.
+        options.setdefault("spill_budget", "2MiB")
         cache = Cache(path=tmp_path / name, **options)
         opened.append(cache)
         return cache

@@ -468,7 +468,7 @@ def test_bad_ttl_leaves_the_old_value(cache: Cache) -> None:
 def test_value_too_large_leaves_the_old_value(cache: Cache) -> None:
     cache.set("k", "old")
     cache.set("other", [1])
-    too_big = b"x" * (cache.max_entry_size + 1)
+    too_big = b"x" * (cache.max_value_size + 1)
     for value in (too_big, too_big.decode(), [too_big]):
         with pytest.raises(nearcache.ValueTooLargeError):
             cache.set("k", value)

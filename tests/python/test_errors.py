@@ -84,14 +84,14 @@ def test_bad_input_never_drops_data(cache: Cache) -> None:
     snapshot = cache.get_many(["s", "n", "o"])
     attempts: list[Callable[[], object]] = [
         lambda: cache.set("s", _Unpicklable()),
-        lambda: cache.set("s", b"x" * (cache.max_entry_size + 1)),
+        lambda: cache.set("s", b"x" * (cache.max_value_size + 1)),
         lambda: cache.set("s", "v", ttl=-1),
         lambda: cache.set("s", "v", ttl=math.nan),
         lambda: cache.set("s", "v", ttl=1, expire_at=2),
         lambda: cache.set(1.5, "v"),  # type: ignore[arg-type]
         lambda: cache.set("", "v"),
         lambda: cache.add("o", lambda: 0),
-        lambda: cache.replace("o", b"x" * (cache.max_entry_size + 1)),
+        lambda: cache.replace("o", b"x" * (cache.max_value_size + 1)),
         lambda: cache.incr("s"),
         lambda: cache.incr("n", 2**70),
         lambda: cache.incr("n", 1.0),  # type: ignore[arg-type]

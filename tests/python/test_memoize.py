@@ -179,10 +179,10 @@ def test_result_too_large_is_returned_but_not_cached(
     @cache.memoize()
     def huge() -> bytes:
         calls.append(1)
-        return b"x" * (cache.max_entry_size + 1)
+        return b"x" * (cache.max_value_size + 1)
 
     with caplog.at_level(logging.WARNING, logger="nearcache.memoize"):
-        assert len(huge()) == cache.max_entry_size + 1
+        assert len(huge()) == cache.max_value_size + 1
     assert "not caching" in caplog.text
     huge()
     assert len(calls) == 2

@@ -17,7 +17,7 @@ from nearcache import _native as n
 
 @pytest.fixture
 def cache(tmp_path: Path) -> n.NativeCache:
-    return n.NativeCache(str(tmp_path / "c"), 1 << 20, 2)
+    return n.NativeCache(str(tmp_path / "c"), 1 << 20, 2, spill_budget=2 << 20)
 
 
 def test_bytes_round_trip_and_str_keys(cache: n.NativeCache) -> None:
@@ -194,7 +194,7 @@ def test_bad_input_raises_clear_errors_and_loses_nothing(cache: n.NativeCache) -
     with pytest.raises(n.InvalidKeyError):
         cache.get(b"x" * (n.MAX_KEY_LEN + 1))
     with pytest.raises(n.ValueTooLargeError) as too_large:
-        cache.set("keep", b"x" * (cache.max_entry_size + 1))
+        cache.set("keep", b"x" * (cache.max_value_size + 1))
     assert isinstance(too_large.value, ValueError)
     with pytest.raises(n.InvalidKeyError, match=r"'\\udcff' is not valid Unicode"):
         cache.set("\udcff", b"lone surrogate")

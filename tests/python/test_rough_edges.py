@@ -213,7 +213,7 @@ def test_1_5_uncacheable_result_is_returned_counted_and_logged(
     @cache.memoize()
     def compute(x: int) -> Any:
         calls.append(x)
-        return Session() if kind == "unpicklable" else b"x" * (cache.max_entry_size + 1)
+        return Session() if kind == "unpicklable" else b"x" * (cache.max_value_size + 1)
 
     with caplog.at_level(logging.WARNING, logger="nearcache.memoize"):
         first = compute(1)

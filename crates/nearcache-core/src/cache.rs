@@ -255,6 +255,19 @@ impl Cache {
     pub fn max_entry_size(&self) -> usize {
         self.max_entry
     }
+    /// Longest value accepted (with a short key): the spill budget, or
+    /// with spilling disabled what fits inline.
+    pub fn max_value_size(&self) -> u64 {
+        if self.spill_budget > 0 {
+            self.spill_budget.min(isize::MAX as u64)
+        } else {
+            (self.max_entry - crate::layout::ENTRY_HEADER - 8) as u64
+        }
+    }
+    /// Values longer than this are spilled to files (see `spill.rs`).
+    pub fn spill_threshold(&self) -> usize {
+        self.spill_threshold
+    }
     /// Longest wait for a shard lock (see [`OpenOptions::lock_timeout`]).
     pub fn lock_timeout(&self) -> std::time::Duration {
         self.lock_timeout

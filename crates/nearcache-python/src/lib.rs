@@ -525,6 +525,14 @@ impl NativeCache {
         self.inner.max_entry_size()
     }
     #[getter]
+    fn max_value_size(&self) -> u64 {
+        self.inner.max_value_size()
+    }
+    #[getter]
+    fn spill_threshold(&self) -> usize {
+        self.inner.spill_threshold()
+    }
+    #[getter]
     fn default_ttl_ms(&self) -> u64 {
         self.default_ttl_ms
     }

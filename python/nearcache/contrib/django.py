@@ -131,6 +131,8 @@ CACHE_OPTIONS: Final = frozenset(
         "prefix",
         "recreate",
         "allow_foreign_owner",
+        "spill_threshold",
+        "spill_budget",
     }
 )
 

@@ -19,7 +19,6 @@ from nearcache.keys import native_key
 
 __all__ = ["ShmDriver"]
 
-_ENTRY_HEADER = 32
 _MISS: Any = object()
 
 
@@ -49,7 +48,7 @@ class ShmDriver(Driver):
             raise TypeError("pass either an open cache or options to open one, not both")
         super().__init__(default_ttl=cache.default_ttl)
         self._cache = cache
-        self.max_value_size = cache.max_entry_size - _ENTRY_HEADER
+        self.max_value_size = cache.max_value_size
 
     @property
     def cache(self) -> Cache:

@@ -34,7 +34,7 @@ def shm_path(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def acache(shm_path: Path) -> Iterator[AsyncCache]:
-    cache = AsyncCache(path=shm_path, size="4MiB")
+    cache = AsyncCache(path=shm_path, size="4MiB", spill_budget="4MiB")
     yield cache
     cache.driver.close()
 

@@ -44,7 +44,12 @@ class _Shm(_AsyncContract):
         self.directory = tmp_path
 
     def make_sync(self, **options: Any) -> Driver:
-        return ShmDriver(path=self.directory / f"cache-{next(_numbers)}", size="8MiB", **options)
+        return ShmDriver(
+            path=self.directory / f"cache-{next(_numbers)}",
+            size="8MiB",
+            spill_budget="4MiB",
+            **options,
+        )
 
 
 class _Redis(_AsyncContract):

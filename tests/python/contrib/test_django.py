@@ -317,8 +317,9 @@ def test_serializer_errors_are_the_serializers_own(cache: NearCache) -> None:
     assert cache.get_many(["good", "bad"]) == {}
 
 
-def test_value_too_large(cache: NearCache, caplog: pytest.LogCaptureFixture) -> None:
-    big = b"x" * (cache.cache.max_entry_size + 1)
+def test_value_too_large(location: str, caplog: pytest.LogCaptureFixture) -> None:
+    cache = make(location, OPTIONS={"size": "4MiB", "spill_budget": "2MiB"})
+    big = b"x" * (cache.cache.max_value_size + 1)
     cache.set("k", "old")
     with caplog.at_level(logging.WARNING, "nearcache.contrib.django"):
         cache.set("k", big)

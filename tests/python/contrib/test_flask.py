@@ -59,7 +59,9 @@ def test_configured_by_url_as_a_tiered_cache(
 
 @pytest.fixture
 def backend(tmp_path: Path) -> NearcacheCache:
-    made = NearcacheCache(path=tmp_path / "c", size="1MiB", default_timeout=300)
+    made = NearcacheCache(
+        path=tmp_path / "c", size="1MiB", spill_budget="1MiB", default_timeout=300
+    )
     yield made
     made.close()
 
@@ -78,7 +80,9 @@ def test_timeouts(backend: NearcacheCache) -> None:
 
 
 def test_refusals_are_false_not_exceptions(backend: NearcacheCache) -> None:
-    assert backend.set("big", b"x" * (2 * 1024 * 1024)) is False
+    assert backend.set("big", b"x" * (2 * 1024 * 1024)) is False  # over the spill budget
+    assert backend.set("large", b"y" * (512 * 1024)) is True  # spilled to a file
+    assert backend.get("large") == b"y" * (512 * 1024)
     assert backend.set("lambda", lambda: None) is False
     assert backend.set_many({"ok": 1, "bad": lambda: None}) == ["ok"]
     assert backend.get("ok") == 1 and not backend.has("bad")

@@ -31,7 +31,7 @@ class TestShmDriver(DriverContract):
 
     def make_driver(self, **options: Any) -> ShmDriver:
         path = self.directory / f"cache-{next(_numbers)}"
-        return ShmDriver(path=path, size="8MiB", **options)
+        return ShmDriver(path=path, size="8MiB", spill_budget="4MiB", **options)
 
 
 class TestRedisDriver(DriverContract):

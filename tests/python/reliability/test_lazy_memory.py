@@ -106,13 +106,24 @@ def test_full_tmpfs_evicts_within_held_space(tiny_tmpfs: Path) -> None:
         assert stats["evictions"] > 0, stats
         assert stats["held_bytes"] <= 2 << 20, stats
         cache.set("big", b"old")
+        # Inline only: an entry larger than the shard's held space.
+        inline = NativeCache(path, 0, 0, create=False, spill_budget=0)
         try:
-            cache.set("big", b"x" * (4 << 20))
+            inline.set("big", b"x" * (4 << 20))
         except _native.CacheFullError as exc:
             assert "nothing was changed" in str(exc)
         else:
             raise AssertionError("a 4 MiB entry fit in a 2 MiB file system")
+        inline.close()
+        # Spilled: the file does not fit the file system either.
+        try:
+            cache.set("big", b"x" * (4 << 20))
+        except _native.CacheFullError as exc:
+            assert "the previous value is kept" in str(exc)
+        else:
+            raise AssertionError("a 4 MiB value fit in a 2 MiB file system")
         assert cache.get("big") == b"old"
+        assert cache.stats()["spilled_bytes"] == 0
         cache.check()
         return f"{stats['evictions']} {stats['items']}"
 
