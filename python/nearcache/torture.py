@@ -43,6 +43,13 @@ and every read is verified as it happens:
   (``ShardLockTimeoutError``), counted, never a hang;
 * **crashes**: a worker that dies other than by the coordinator's SIGKILL
   (an exception, SIGSEGV, SIGBUS...) is a violation;
+* **spilled values**: a fraction of the sets (``--spill-fraction``) store
+  values above the spill threshold (``--spill-threshold``), which the engine
+  keeps in files beside the cache; they are verified like every other value,
+  and kills land in the middle of writing them.  The engine must never count
+  a spilled value as refused (``spill_refused``: a missing, torn or foreign
+  file), and at the end a process attaching alone must find exactly one file
+  per spilled value (every orphan of a killed writer swept);
 * **at the end** (after ``--settle`` seconds without kills): ``check()``
   must pass, every stored value must still verify, and the engine's
   ``corruptions`` counter must be zero (a kill mid-write is repaired
@@ -230,6 +237,8 @@ class TortureConfig:
     stall_limit: float = 10.0
     settle: float = 1.0
     ttl_fraction: float = 0.15
+    spill_fraction: float = 0.01
+    spill_threshold: int = 16384
     seed: int | None = None
     directory: str | None = None
     keep: bool = False
@@ -272,6 +281,7 @@ class TortureReport:
     latency_max_op: str
     latency_bound_ms: float
     final_check: dict[str, int]
+    spill: dict[str, int]
     violations: int
     violation_kinds: dict[str, int]
     violation_samples: list[dict[str, Any]]
@@ -306,6 +316,9 @@ class TortureReport:
             f"max {self.latency_max_ms:.2f} ms ({self.latency_max_op}); "
             f"bound {self.latency_bound_ms:.0f} ms",
             f"  final check         {self.final_check}",
+            f"  spilled values      {self.spill.get('spilled_values', 0):,} "
+            f"({self.spill.get('spilled_bytes', 0):,} bytes) in "
+            f"{self.spill.get('files', 0):,} files after a lone reopen",
             f"  violations          {self.violations} {self.violation_kinds or ''}".rstrip(),
         ]
         lines += [f"    {json.dumps(v, sort_keys=True)}" for v in self.violation_samples]
@@ -332,7 +345,9 @@ class _Worker:
         self.violation_fd = os.open(
             run_dir / f"violations-{slot}.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600
         )
-        self.cache = _native.NativeCache(path, 0, create=False)
+        self.cache = _native.NativeCache(
+            path, 0, create=False, spill_threshold=cfg.spill_threshold
+        )
         self.max_value = max(16, min(cfg.max_value, self.cache.max_entry_size - 256))
         self.seq = 0
         self.seen: dict[tuple[int, int], int] = {}
@@ -374,7 +389,11 @@ class _Worker:
         """A fresh value for ``key`` to be stored with ``ttl_ms``: (bytes, flags)."""
         self.seq += 1
         r = self.rng.random()
-        if r < 0.7:
+        if r < self.cfg.spill_fraction:
+            # Kept in a file beside the cache.
+            threshold = self.cfg.spill_threshold
+            size = self.rng.randrange(threshold + 1, threshold * 16)
+        elif r < 0.7:
             size = self.rng.randrange(0, 256)
         elif r < 0.97:
             size = self.rng.randrange(256, self.max_value)
@@ -628,7 +647,9 @@ class _Coordinator:
         base = cfg.directory or ("/dev/shm" if os.path.isdir("/dev/shm") else None)
         self.run_dir = Path(tempfile.mkdtemp(prefix="nearcache-torture-", dir=base))
         self.path = str(self.run_dir / "torture.cache")
-        self.cache = _native.NativeCache(self.path, cfg.size, cfg.shards, recreate=True)
+        self.cache = _native.NativeCache(
+            self.path, cfg.size, cfg.shards, recreate=True, spill_threshold=cfg.spill_threshold
+        )
         self.area = mmap.mmap(-1, (_GLOBAL_WORDS + cfg.workers * _SLOT_WORDS) * 8)
         self.words = _words(self.area)
         self.pids: dict[int, int] = {}  # slot -> pid
@@ -809,6 +830,26 @@ class _Coordinator:
                 self.violation("foreign counter at the end", key=repr(counter_key(i)))
         return dict(report)
 
+    def spill_scan(self) -> dict[str, int]:
+        """Attach alone (every worker is gone): orphans of killed spill
+        writers must be swept, one file per spilled value left."""
+        path = self.cache.path
+        self.cache.close()
+        del self.cache  # the mapping goes with the last handle: the next open is alone
+        self.cache = _native.NativeCache(path, 0, create=False)
+        stats = self.cache.stats()
+        spill_dir = f"{path}.spill"
+        files = len(os.listdir(spill_dir)) if os.path.isdir(spill_dir) else 0
+        if files != stats["spilled_values"]:
+            self.violation(
+                "spill files left over", files=files, spilled_values=stats["spilled_values"]
+            )
+        return {
+            "spilled_values": stats["spilled_values"],
+            "spilled_bytes": stats["spilled_bytes"],
+            "files": files,
+        }
+
     def finish(self, stats0: dict[str, int], elapsed: float) -> TortureReport:
         cfg, w = self.cfg, self.words
         final_check = self.final_scan()
@@ -818,6 +859,12 @@ class _Coordinator:
                 "engine counted corruptions",
                 corruptions=stats["corruptions"] - stats0["corruptions"],
             )
+        if stats["spill_refused"] != stats0["spill_refused"]:
+            self.violation(
+                "spilled values refused",
+                refused=stats["spill_refused"] - stats0["spill_refused"],
+            )
+        spill = self.spill_scan()
         samples = list(self.violations)
         kinds: dict[str, int] = {}
         for v in self.violations:
@@ -880,6 +927,7 @@ class _Coordinator:
             latency_max_op=_OP_NAMES[w[_slot(max_slot, _MAX_LAT_OP)]],
             latency_bound_ms=cfg.latency_bound * 1e3,
             final_check=final_check,
+            spill=spill,
             violations=violations,
             violation_kinds=kinds,
             violation_samples=samples[:20],
@@ -970,6 +1018,17 @@ def _parser() -> argparse.ArgumentParser:
         default=d.settle,
         help="seconds at the end without kills, before the final check",
     )
+    p.add_argument(
+        "--spill-fraction",
+        type=float,
+        default=d.spill_fraction,
+        help="fraction of sets whose value is above the spill threshold (kept in a file)",
+    )
+    p.add_argument(
+        "--spill-threshold",
+        default=str(d.spill_threshold),
+        help="values longer than this are kept in files beside the cache",
+    )
     p.add_argument("--seed", type=int, default=None, help="random seed (default: random)")
     p.add_argument("--dir", default=None, help="directory for the run (default: /dev/shm)")
     p.add_argument("--keep", action="store_true", help="keep the run directory")
@@ -997,6 +1056,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         seed=args.seed,
         directory=args.dir,
         keep=args.keep,
+        spill_fraction=args.spill_fraction,
+        spill_threshold=parse_size(args.spill_threshold),
     )
     report = run(cfg)
     if args.json:

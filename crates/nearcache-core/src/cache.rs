@@ -620,6 +620,11 @@ impl Cache {
             _ => {}
         }
         let len = value.len() as u64;
+        // Orphans of writers killed between linking and publishing (or
+        // between dropping an entry and removing its file) go here, at most
+        // once per SWEEP_GRACE across all processes, as well as when the
+        // budget runs short and when a process attaches alone.
+        self.sweep_if_due();
         self.reserve_spill(len)?;
         let unreserve = || {
             saturating_sub(header_word(&self.map, fh::SPILL_BYTES), len);
@@ -662,7 +667,6 @@ impl Cache {
         if before.saturating_add(len) <= self.spill_budget {
             return Ok(());
         }
-        self.sweep_if_due();
         let n = self.shards.len();
         let mut swept = false;
         // Two rounds: the first clears visited marks it passes over.
