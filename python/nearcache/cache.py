@@ -36,7 +36,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import timedelta
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, NoReturn, TypeVar, cast, overload
 
 from nearcache import _native
 from nearcache.errors import CacheClosedError, CacheNotFoundError, ConfigurationError
@@ -180,6 +180,130 @@ def _ttl_ms(ttl: Duration | None, expire_at: ExpireAt | None) -> int | None:
     return ms if ms > 0 else -1
 
 
+class _Prepared(NamedTuple):
+    """Everything a Cache's options decide, parsed and checked once."""
+
+    name: str
+    file_path: str
+    size: int | None
+    shards: int
+    codec: ValueCodec
+    prefix: bytes
+    options: dict[str, Any]
+    counters: _DecodeCounters
+    direct_types: frozenset[type]
+    native_options: dict[str, Any]
+
+
+#: Preparations by options, so that opening the same cache again (per
+#: request) costs the engine's reopen and little more.  Bounded: cleared
+#: when full.
+_PREPARED: dict[Any, _Prepared] = {}
+_PREPARED_MAX = 64
+
+
+def _prepare(
+    name: str | None,
+    path: str | os.PathLike[str] | None,
+    size: Size | None,
+    shards: int,
+    ttl: Duration | None,
+    serializer: str | Serializer,
+    compress: str | Compressor | None,
+    compress_threshold: int | str,
+    signing_key: bytes | str | None,
+    prefix: str | bytes,
+    allow_foreign_owner: bool,
+    lock_timeout: Duration,
+    on_lock_timeout: str,
+    spill_threshold: Size | None,
+    spill_budget: Size | None,
+) -> _Prepared:
+    """Parse and check a Cache's options (see :class:`Cache`)."""
+    if name is not None and path is not None:
+        raise ConfigurationError("pass a cache name or path=, not both")
+    if path is None:
+        name = _check_name("default" if name is None else name)
+        file_path = os.path.join(default_directory(), name)
+    else:
+        file_path = os.fspath(path)
+        if not isinstance(file_path, str) or not file_path:
+            raise ConfigurationError(f"invalid cache path {path!r}")
+        name = os.path.basename(file_path)
+    try:
+        size_bytes = None if size is None else parse_size(size)
+        default_ttl_ms = ttl_to_ms(ttl) or 0
+        prefix_bytes = encode_prefix(prefix)
+        lock_timeout_ms = parse_duration(lock_timeout) * 1000.0
+        spill_threshold_bytes = None if spill_threshold is None else parse_size(spill_threshold)
+        spill_budget_bytes = (
+            None
+            if spill_budget is None
+            else 0
+            if spill_budget in (0, "0")
+            else parse_size(spill_budget)
+        )
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(str(exc)) from exc
+    if on_lock_timeout not in ("raise", "skip"):
+        raise ConfigurationError(
+            f"on_lock_timeout must be 'raise' or 'skip', got {on_lock_timeout!r}"
+        )
+    if isinstance(shards, bool) or not isinstance(shards, int) or shards < 0:
+        raise ConfigurationError(f"shards must be an int >= 0 (0 = automatic), got {shards!r}")
+    codec = ValueCodec(
+        serializer,
+        compress=compress,
+        compress_threshold=compress_threshold,
+        signing_key=signing_key,
+    )
+    counters = _DecodeCounters()
+    options: dict[str, Any] = {
+        "path": file_path,
+        "shards": shards,
+        "ttl": ttl,
+        "serializer": serializer,
+        "compress": compress,
+        "compress_threshold": compress_threshold,
+        "signing_key": signing_key,
+        "prefix": prefix,
+        "allow_foreign_owner": allow_foreign_owner,
+        "lock_timeout": lock_timeout,
+        "on_lock_timeout": on_lock_timeout,
+        "spill_threshold": spill_threshold,
+        "spill_budget": spill_budget,
+    }
+    if codec.signed:
+        direct_types: frozenset[type] = frozenset()
+    elif codec.compressor is not None:
+        direct_types = _DIRECT_TYPES_COMPRESSED
+    else:
+        direct_types = _DIRECT_TYPES
+    native_options = {
+        "default_ttl_ms": default_ttl_ms,
+        "prefix": prefix_bytes,
+        "allow_foreign_owner": allow_foreign_owner,
+        "lock_timeout_ms": lock_timeout_ms,
+        "on_lock_timeout": on_lock_timeout,
+        "spill_threshold": spill_threshold_bytes,
+        "spill_budget": spill_budget_bytes,
+        # Signed caches verify every entry themselves (SignedCache).
+        "decoder": None if codec.signed else _make_decoder(codec, counters),
+    }
+    return _Prepared(
+        name=name,
+        file_path=file_path,
+        size=size_bytes,
+        shards=shards,
+        codec=codec,
+        prefix=prefix_bytes,
+        options=options,
+        counters=counters,
+        direct_types=direct_types,
+        native_options=native_options,
+    )
+
+
 class Cache:
     """A shared-memory cache file, usable from many processes at once.
 
@@ -271,78 +395,52 @@ class Cache:
         spill_threshold: Size | None = None,
         spill_budget: Size | None = None,
     ) -> None:
-        if name is not None and path is not None:
-            raise ConfigurationError("pass a cache name or path=, not both")
-        if path is None:
-            name = _check_name("default" if name is None else name)
-            file_path = os.path.join(default_directory(), name)
-        else:
-            file_path = os.fspath(path)
-            if not isinstance(file_path, str) or not file_path:
-                raise ConfigurationError(f"invalid cache path {path!r}")
-            name = os.path.basename(file_path)
-        try:
-            size_bytes = None if size is None else parse_size(size)
-            default_ttl_ms = ttl_to_ms(ttl) or 0
-            prefix_bytes = encode_prefix(prefix)
-            lock_timeout_ms = parse_duration(lock_timeout) * 1000.0
-            spill_threshold_bytes = None if spill_threshold is None else parse_size(spill_threshold)
-            spill_budget_bytes = (
-                None
-                if spill_budget is None
-                else 0
-                if spill_budget in (0, "0")
-                else parse_size(spill_budget)
-            )
-        except (TypeError, ValueError) as exc:
-            raise ConfigurationError(str(exc)) from exc
-        if on_lock_timeout not in ("raise", "skip"):
-            raise ConfigurationError(
-                f"on_lock_timeout must be 'raise' or 'skip', got {on_lock_timeout!r}"
-            )
-        if isinstance(shards, bool) or not isinstance(shards, int) or shards < 0:
-            raise ConfigurationError(f"shards must be an int >= 0 (0 = automatic), got {shards!r}")
-        self._codec = ValueCodec(
-            serializer,
-            compress=compress,
-            compress_threshold=compress_threshold,
-            signing_key=signing_key,
-        )
-        if self._codec.signed is not isinstance(self, SignedCache):
-            raise ConfigurationError("SignedCache needs a signing_key; Cache(...) picks the class")
-        self._name = name
-        self._prefix = prefix_bytes
-        self._options: dict[str, Any] = {
-            "path": file_path,
-            "shards": shards,
-            "ttl": ttl,
-            "serializer": serializer,
-            "compress": compress,
-            "compress_threshold": compress_threshold,
-            "signing_key": signing_key,
-            "prefix": prefix,
-            "allow_foreign_owner": allow_foreign_owner,
-            "lock_timeout": lock_timeout,
-            "on_lock_timeout": on_lock_timeout,
-            "spill_threshold": spill_threshold,
-            "spill_budget": spill_budget,
-        }
-        self._counters = _DecodeCounters()
-        self._native = self._open(
-            file_path,
-            size_bytes,
+        args = (
+            name,
+            path,
+            size,
             shards,
-            default_ttl_ms=default_ttl_ms,
-            prefix=prefix_bytes,
+            ttl,
+            serializer,
+            compress,
+            compress_threshold,
+            signing_key,
+            prefix,
+            allow_foreign_owner,
+            lock_timeout,
+            on_lock_timeout,
+            spill_threshold,
+            spill_budget,
+        )
+        # Opening per request is a pattern the seeds measure: options already
+        # parsed once in this process are not parsed again (the cache of
+        # preparations is keyed by every option and the default directory).
+        key = (args, default_directory() if path is None else None)
+        try:
+            prepared = _PREPARED.get(key)
+        except TypeError:  # an unhashable option (a serializer object...)
+            key, prepared = None, None
+        if prepared is None:
+            prepared = _prepare(*args)
+            if key is not None:
+                if len(_PREPARED) >= _PREPARED_MAX:
+                    _PREPARED.clear()
+                _PREPARED[key] = prepared
+        codec = prepared.codec
+        if codec.signed is not isinstance(self, SignedCache):
+            raise ConfigurationError("SignedCache needs a signing_key; Cache(...) picks the class")
+        self._codec = codec
+        self._name = prepared.name
+        self._prefix = prepared.prefix
+        self._options = prepared.options
+        self._counters = prepared.counters
+        self._native = self._open(
+            prepared.file_path,
+            prepared.size,
+            prepared.shards,
             recreate=recreate,
-            allow_foreign_owner=allow_foreign_owner,
             create=create,
-            lock_timeout_ms=lock_timeout_ms,
-            on_lock_timeout=on_lock_timeout,
-            spill_threshold=spill_threshold_bytes,
-            spill_budget=spill_budget_bytes,
-            # Signed caches verify every entry themselves (SignedCache).
-            decoder=None if self._codec.signed else _make_decoder(self._codec, self._counters),
+            **prepared.native_options,
         )
         native = self._native
         # Bound methods of the engine, looked up once: the hot paths below are
@@ -355,12 +453,8 @@ class Cache:
         self._pop_typed: Callable[..., Any] = native.pop_typed
         self._delete: Callable[..., bool] = native.delete
         self._contains: Callable[..., bool] = native.contains
-        self._direct_types = (
-            _DIRECT_TYPES_COMPRESSED if self._codec.compressor is not None else _DIRECT_TYPES
-        )
-        if self._codec.signed:
-            self._direct_types = frozenset()
-        else:
+        self._direct_types = prepared.direct_types
+        if not codec.signed:
             # The hot read paths are the engine's methods themselves: no
             # Python frame between the caller and the shared memory.
             self.get = native.get_typed  # type: ignore[method-assign]
@@ -808,12 +902,13 @@ class Cache:
         if native.closed:
             return
         native.close()
-        closed: Any = _ClosedEngine(native.path)
+        closed: Any = _ClosedEngine(self._options["path"])
         self._native = closed
-        self._get_typed = self._set_typed = self._add_typed = closed.fail
-        self._pop_typed = self._delete = self._contains = closed.fail
+        fail = _ClosedEngine.fail
+        self._get_typed = self._set_typed = self._add_typed = fail
+        self._pop_typed = self._delete = self._contains = fail
         if not self._codec.signed:
-            self.get = self.pop = closed.fail  # type: ignore[method-assign]
+            self.get = self.pop = fail  # type: ignore[method-assign]
 
     def __enter__(self) -> Cache:
         return self
