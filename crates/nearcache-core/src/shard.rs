@@ -195,12 +195,12 @@ enum Src<'g> {
     /// In the arena, at this offset.
     Arena { guard: &'g ShardGuard<'g>, off: usize },
     /// In a spilled-value file (`spill.rs`).
-    Spilled(&'g ValueFile),
+    Spilled(&'g ValueFile<'g>),
 }
 
 impl<'g> EntryRef<'g> {
     /// A spilled value, opened and checked by the cache.
-    pub(crate) fn spilled(file: &'g ValueFile, flags: u32, expires_ms: u64) -> Self {
+    pub(crate) fn spilled(file: &'g ValueFile<'g>, flags: u32, expires_ms: u64) -> Self {
         EntryRef { src: Src::Spilled(file), val_len: file.len(), flags, expires_ms }
     }
 

@@ -133,20 +133,31 @@ pub enum Refusal {
 /// An open spilled value, handed to a get's callback through `EntryRef`.
 /// Its copy checks the checksum; a mismatch (or a read error) is recorded
 /// and the caller discards what the callback made.
-pub struct ValueFile {
+pub struct ValueFile<'d> {
     file: File,
     len: usize,
     sum: u64,
     failed: Cell<bool>,
+    /// Where to record a verified checksum, and under what identity (None:
+    /// this very file was verified before, with this checksum, and has not
+    /// changed since: the checksum need not be computed again).
+    verify: Option<(&'d Verified, VerifiedKey, FileIdentity)>,
 }
 
-impl ValueFile {
+impl ValueFile<'_> {
     /// Copy the value into `dst` (exactly `len` bytes) and check it.
     pub(crate) fn read_into(&self, dst: &mut [u8]) {
         debug_assert_eq!(dst.len(), self.len);
-        let ok = self.file.read_exact_at(dst, 0).is_ok() && xxh3_64(dst) == self.sum;
-        if !ok {
+        if self.file.read_exact_at(dst, 0).is_err() {
             self.failed.set(true);
+            return;
+        }
+        if let Some((verified, key, identity)) = &self.verify {
+            if xxh3_64(dst) == self.sum {
+                verified.insert(*key, *identity);
+            } else {
+                self.failed.set(true);
+            }
         }
     }
     /// Whether a copy failed its check.
@@ -160,6 +171,36 @@ impl ValueFile {
     /// True for an empty value (never spilled; for clippy's sake).
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+}
+
+/// A spilled file's reference (id, length, checksum).
+type VerifiedKey = (u64, u64, u64);
+/// What identifies one unchanged file: inode, and the change time, which
+/// any write, truncation, rename or link of the file moves (a process can
+/// set a file's modification time, never its change time).
+type FileIdentity = (u64, i64, i64);
+
+/// Files whose checksum this process already verified. Spilled files never
+/// change once named, so a second read of the same file (same reference,
+/// same inode, same change time) skips the checksum: the cost of a get is
+/// then the copy alone. Bounded: cleared when full.
+#[derive(Debug, Default)]
+struct Verified(std::sync::Mutex<std::collections::HashMap<VerifiedKey, FileIdentity>>);
+
+const VERIFIED_MAX: usize = 4096;
+
+impl Verified {
+    fn contains(&self, key: &VerifiedKey, identity: &FileIdentity) -> bool {
+        let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(key) == Some(identity)
+    }
+    fn insert(&self, key: VerifiedKey, identity: FileIdentity) {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if map.len() >= VERIFIED_MAX {
+            map.clear();
+        }
+        map.insert(key, identity);
     }
 }
 
@@ -180,6 +221,7 @@ pub struct SpillDir {
     fd: OwnedFd,
     path: PathBuf,
     on_tmpfs: bool,
+    verified: Verified,
 }
 
 fn euid() -> u32 {
@@ -290,7 +332,7 @@ impl SpillDir {
             let mut sfs: libc::statfs = std::mem::zeroed();
             libc::fstatfs(fd.as_raw_fd(), &mut sfs) == 0 && sfs.f_type as i64 == TMPFS_MAGIC
         };
-        Ok(Some(SpillDir { fd, path, on_tmpfs }))
+        Ok(Some(SpillDir { fd, path, on_tmpfs, verified: Verified::default() }))
     }
 
     /// The directory's path.
@@ -425,7 +467,7 @@ impl SpillDir {
 
     /// Open the file `r` names and check it (owner, type, mode, length).
     /// The checksum is checked by the copy ([`ValueFile::read_into`]).
-    pub fn open_value(&self, r: &SpillRef) -> std::result::Result<ValueFile, Refusal> {
+    pub fn open_value(&self, r: &SpillRef) -> std::result::Result<ValueFile<'_>, Refusal> {
         let Ok(len) = usize::try_from(r.len) else { return Err(Refusal::Bad("length")) };
         let name = cstr(&r.file_name());
         // SAFETY: name is a valid NUL-terminated name relative to our dir fd.
@@ -460,7 +502,14 @@ impl SpillDir {
         if st.st_size as u64 != r.len {
             return Err(Refusal::Bad("length"));
         }
-        Ok(ValueFile { file, len, sum: r.sum, failed: Cell::new(false) })
+        let key = (r.id, r.len, r.sum);
+        let identity = (st.st_ino, st.st_ctime, st.st_ctime_nsec);
+        let verify = if self.verified.contains(&key, &identity) {
+            None
+        } else {
+            Some((&self.verified, key, identity))
+        };
+        Ok(ValueFile { file, len, sum: r.sum, failed: Cell::new(false), verify })
     }
 
     /// Remove the file of `id` (a missing file is not an error).

@@ -289,3 +289,23 @@ fn a_reader_racing_overwrites_and_deletes_sees_old_new_or_nothing() {
     c.delete(b"k").unwrap();
     assert!(files(&path).is_empty());
 }
+
+#[test]
+fn a_file_changed_after_it_was_verified_is_checked_again() {
+    // A second read of an unchanged file skips the checksum; any write to
+    // the file moves its change time, so the next read checks it again.
+    let d = TempDir::new("spill-reverify");
+    let path = d.file("c");
+    let c = Cache::open(&path, &spill_opts(64 << 20)).unwrap();
+    let v = big(3, 40_000);
+    c.set(b"k", &v, 0, 0).unwrap();
+    assert!(c.get(b"k").unwrap().unwrap().data == v);
+    assert!(c.get(b"k").unwrap().unwrap().data == v);
+    let f = only_file(&path);
+    let mut other = v.clone();
+    other[123] ^= 0x80;
+    std::thread::sleep(Duration::from_millis(5));
+    std::fs::write(&f, &other).unwrap();
+    assert!(c.get(b"k").unwrap().is_none(), "a changed file was served unchecked");
+    assert_eq!(c.stats().unwrap().spill_refused, 1);
+}
