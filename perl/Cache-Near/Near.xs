@@ -414,7 +414,7 @@ MODULE = Cache::Near    PACKAGE = Cache::Near    PREFIX = near_
 PROTOTYPES: DISABLE
 
 SV *
-_open(class, path, size, shards, create, recreate, allow_foreign_owner, lock_timeout_ms, default_ttl_ms, hooked, perl_encode, signed_only, opts)
+_open(class, path, size, shards, create, recreate, allow_foreign_owner, lock_timeout_ms, spill_threshold, spill_budget, no_spill, default_ttl_ms, hooked, perl_encode, signed_only, opts)
         const char *class
         const char *path
         UV size
@@ -423,6 +423,9 @@ _open(class, path, size, shards, create, recreate, allow_foreign_owner, lock_tim
         bool recreate
         bool allow_foreign_owner
         UV lock_timeout_ms
+        UV spill_threshold
+        UV spill_budget
+        bool no_spill
         IV default_ttl_ms
         bool hooked
         bool perl_encode
@@ -433,6 +436,7 @@ _open(class, path, size, shards, create, recreate, allow_foreign_owner, lock_tim
         NcOpenOptions o;
         NcCache *h = NULL;
         near_t *n;
+        Zero(&o, 1, NcOpenOptions);
         if (default_ttl_ms < 0)
             croak("Cache::Near: expire_time must be >= 0");
         o.size = size;
@@ -443,6 +447,9 @@ _open(class, path, size, shards, create, recreate, allow_foreign_owner, lock_tim
         if (lock_timeout_ms > 0xFFFFFFFFu)
             croak("Cache::Near: lock_timeout is too large");
         o.lock_timeout_ms = (uint32_t)lock_timeout_ms;
+        o.spill_threshold = (uint64_t)spill_threshold; /* 0: the engine's default */
+        o.spill_budget = (uint64_t)spill_budget;       /* 0: the engine's default */
+        o.no_spill = no_spill;
         CHECK(nc_open(path, &o, &h));
         Newxz(n, 1, near_t);
         n->h = h;
@@ -947,6 +954,7 @@ near_stats(self)
         NEAR_STAT(shards); NEAR_STAT(file_bytes);
         NEAR_STAT(lock_timeouts); NEAR_STAT(salvages); NEAR_STAT(entries_lost);
         NEAR_STAT(held_bytes);
+        NEAR_STAT(spilled_bytes); NEAR_STAT(spilled_values); NEAR_STAT(spill_refused);
 #undef NEAR_STAT
         RETVAL = newRV_noinc((SV *)hv);
     }
@@ -992,6 +1000,22 @@ near_max_entry_size(self)
         SV *self
     CODE:
         RETVAL = (UV)nc_max_entry_size(near_from_sv(aTHX_ self)->h);
+    OUTPUT:
+        RETVAL
+
+UV
+near_max_value_size(self)
+        SV *self
+    CODE:
+        RETVAL = (UV)nc_max_value_size(near_from_sv(aTHX_ self)->h);
+    OUTPUT:
+        RETVAL
+
+UV
+near_spill_threshold(self)
+        SV *self
+    CODE:
+        RETVAL = (UV)nc_spill_threshold(near_from_sv(aTHX_ self)->h);
     OUTPUT:
         RETVAL
 

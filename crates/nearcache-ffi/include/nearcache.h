@@ -15,7 +15,8 @@ typedef enum NcStatus {
   NC_CLOSED = 1,
   // The key is empty or longer than `nc_max_key_len()`.
   NC_BAD_KEY = 2,
-  // Key and value do not fit in one entry of this cache.
+  // Key and value do not fit in one entry of this cache (spilling off),
+  // or the value is longer than the spill budget.
   NC_VALUE_TOO_LARGE = 3,
   // The file exists but was made with other parameters or layout.
   NC_INCOMPATIBLE = 4,
@@ -73,6 +74,19 @@ typedef struct NcOpenOptions {
   // milliseconds; 0 takes the engine's default. Past it a read is a miss
   // and a write fails with `NC_LOCK_TIMEOUT`.
   uint32_t lock_timeout_ms;
+  // Values longer than this many bytes are kept in files in a directory
+  // beside the cache file (`<path>.spill/`) instead of inline; 0 takes
+  // the engine's default (128 KiB). Values too large for a shard are
+  // spilled whatever this says (unless spilling is off).
+  uint64_t spill_threshold;
+  // Most bytes the spilled values' files may hold; past it spilled
+  // values are evicted, and a longer value fails with
+  // `NC_VALUE_TOO_LARGE`. 0 takes the engine's default (1 GiB).
+  uint64_t spill_budget;
+  // Disable spilling (`spill_threshold` and `spill_budget` are then
+  // ignored): every value is kept inline, and one too large for a shard
+  // fails with `NC_VALUE_TOO_LARGE`.
+  bool no_spill;
 } NcOpenOptions;
 
 // Asked for a buffer of `len` bytes to receive a value with `flags`;
@@ -137,6 +151,13 @@ typedef struct NcStats {
   // Bytes of the file actually reserved (a sparse file on tmpfs grows
   // as its shards fill; elsewhere this is the whole file).
   uint64_t held_bytes;
+  // Bytes held in the files of spilled values.
+  uint64_t spilled_bytes;
+  // Values kept in files (spilled).
+  uint64_t spilled_values;
+  // Spilled values whose file was missing or failed its checks (owner,
+  // mode, type, length, checksum): not served, and dropped.
+  uint64_t spill_refused;
 } NcStats;
 
 // What [`nc_check`] found.
@@ -201,6 +222,20 @@ size_t nc_shard_count(const struct NcCache *c);
 // `c` must be a live handle from `nc_open`.
 size_t nc_max_entry_size(const struct NcCache *c);
 
+// Longest value accepted (with a short key): the spill budget, or with
+// spilling off what fits in one entry (`nc_max_entry_size` less the entry
+// header and a short key).
+//
+// # Safety
+// `c` must be a live handle from `nc_open`.
+uint64_t nc_max_value_size(const struct NcCache *c);
+
+// Values longer than this many bytes are kept in files beside the cache.
+//
+// # Safety
+// `c` must be a live handle from `nc_open`.
+size_t nc_spill_threshold(const struct NcCache *c);
+
 // Longest key the engine accepts, in bytes.
 size_t nc_max_key_len(void);
 
@@ -241,7 +276,9 @@ enum NcStatus nc_pop(const struct NcCache *c,
 
 // Store `value` with `flags` under `key` for `ttl_ms` (0 = never
 // expires), as `mode` (an [`NcSetMode`] value) says; `*stored` says whether it stored (always true
-// for `NC_SET`). An entry too large for the cache fails with
+// for `NC_SET`). A value longer than the spill threshold, or too large
+// for one entry, is kept in a file beside the cache; one longer than the
+// spill budget (or, with spilling off, too large for one entry) fails with
 // `NC_VALUE_TOO_LARGE` and leaves the cache unchanged.
 //
 // # Safety

@@ -51,7 +51,8 @@ pub enum NcStatus {
     NC_CLOSED = 1,
     /// The key is empty or longer than `nc_max_key_len()`.
     NC_BAD_KEY = 2,
-    /// Key and value do not fit in one entry of this cache.
+    /// Key and value do not fit in one entry of this cache (spilling off),
+    /// or the value is longer than the spill budget.
     NC_VALUE_TOO_LARGE = 3,
     /// The file exists but was made with other parameters or layout.
     NC_INCOMPATIBLE = 4,
@@ -113,6 +114,19 @@ pub struct NcOpenOptions {
     /// milliseconds; 0 takes the engine's default. Past it a read is a miss
     /// and a write fails with `NC_LOCK_TIMEOUT`.
     pub lock_timeout_ms: u32,
+    /// Values longer than this many bytes are kept in files in a directory
+    /// beside the cache file (`<path>.spill/`) instead of inline; 0 takes
+    /// the engine's default (128 KiB). Values too large for a shard are
+    /// spilled whatever this says (unless spilling is off).
+    pub spill_threshold: u64,
+    /// Most bytes the spilled values' files may hold; past it spilled
+    /// values are evicted, and a longer value fails with
+    /// `NC_VALUE_TOO_LARGE`. 0 takes the engine's default (1 GiB).
+    pub spill_budget: u64,
+    /// Disable spilling (`spill_threshold` and `spill_budget` are then
+    /// ignored): every value is kept inline, and one too large for a shard
+    /// fails with `NC_VALUE_TOO_LARGE`.
+    pub no_spill: bool,
 }
 
 /// A byte string passed in: `len` bytes at `ptr` (`ptr` may be NULL if
@@ -163,6 +177,13 @@ pub struct NcStats {
     /// Bytes of the file actually reserved (a sparse file on tmpfs grows
     /// as its shards fill; elsewhere this is the whole file).
     pub held_bytes: u64,
+    /// Bytes held in the files of spilled values.
+    pub spilled_bytes: u64,
+    /// Values kept in files (spilled).
+    pub spilled_values: u64,
+    /// Spilled values whose file was missing or failed its checks (owner,
+    /// mode, type, length, checksum): not served, and dropped.
+    pub spill_refused: u64,
 }
 
 /// What [`nc_check`] found.
@@ -387,6 +408,15 @@ pub unsafe extern "C" fn nc_open(
             } else {
                 std::time::Duration::from_millis(u64::from(o.lock_timeout_ms))
             },
+            spill_threshold: match o.spill_threshold {
+                0 => None,
+                t => Some(usize::try_from(t).unwrap_or(usize::MAX)),
+            },
+            spill_budget: match (o.no_spill, o.spill_budget) {
+                (true, _) => 0,
+                (false, 0) => nearcache_core::file::DEFAULT_SPILL_BUDGET,
+                (false, b) => b,
+            },
             ..OpenOptions::default()
         };
         let inner = Cache::open(path, &opts).or_status()?;
@@ -461,6 +491,28 @@ pub unsafe extern "C" fn nc_shard_count(c: *const NcCache) -> usize {
 pub unsafe extern "C" fn nc_max_entry_size(c: *const NcCache) -> usize {
     // SAFETY: forwarded contract.
     unsafe { cache(c) }.map(Cache::max_entry_size).unwrap_or(0)
+}
+
+/// Longest value accepted (with a short key): the spill budget, or with
+/// spilling off what fits in one entry (`nc_max_entry_size` less the entry
+/// header and a short key).
+///
+/// # Safety
+/// `c` must be a live handle from `nc_open`.
+#[no_mangle]
+pub unsafe extern "C" fn nc_max_value_size(c: *const NcCache) -> u64 {
+    // SAFETY: forwarded contract.
+    unsafe { cache(c) }.map(Cache::max_value_size).unwrap_or(0)
+}
+
+/// Values longer than this many bytes are kept in files beside the cache.
+///
+/// # Safety
+/// `c` must be a live handle from `nc_open`.
+#[no_mangle]
+pub unsafe extern "C" fn nc_spill_threshold(c: *const NcCache) -> usize {
+    // SAFETY: forwarded contract.
+    unsafe { cache(c) }.map(Cache::spill_threshold).unwrap_or(0)
 }
 
 /// Longest key the engine accepts, in bytes.
@@ -551,7 +603,9 @@ pub unsafe extern "C" fn nc_pop(
 
 /// Store `value` with `flags` under `key` for `ttl_ms` (0 = never
 /// expires), as `mode` (an [`NcSetMode`] value) says; `*stored` says whether it stored (always true
-/// for `NC_SET`). An entry too large for the cache fails with
+/// for `NC_SET`). A value longer than the spill threshold, or too large
+/// for one entry, is kept in a file beside the cache; one longer than the
+/// spill budget (or, with spilling off, too large for one entry) fails with
 /// `NC_VALUE_TOO_LARGE` and leaves the cache unchanged.
 ///
 /// # Safety
@@ -887,6 +941,9 @@ pub unsafe extern "C" fn nc_stats(c: *const NcCache, out: *mut NcStats) -> NcSta
             salvages: s.salvages,
             entries_lost: s.entries_lost,
             held_bytes: s.held_bytes,
+            spilled_bytes: s.spilled_bytes,
+            spilled_values: s.spilled_values,
+            spill_refused: s.spill_refused,
         };
         // SAFETY: non-NULL and writable per the contract.
         unsafe { out.write(st) };

@@ -51,19 +51,29 @@ impl Drop for Opened {
     }
 }
 
-fn open(name: &str, size: u64) -> Opened {
-    let dir = std::env::temp_dir().join(format!("nc-ffi-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
-    let path = CString::new(dir.join("c").to_str().unwrap()).unwrap();
-    let opts = NcOpenOptions {
+fn options(size: u64) -> NcOpenOptions {
+    NcOpenOptions {
         size,
         shards: 0,
         create: true,
         recreate: false,
         allow_foreign_owner: false,
         lock_timeout_ms: 0,
-    };
+        spill_threshold: 0,
+        spill_budget: 0,
+        no_spill: false,
+    }
+}
+
+fn open(name: &str, size: u64) -> Opened {
+    open_with(name, options(size))
+}
+
+fn open_with(name: &str, opts: NcOpenOptions) -> Opened {
+    let dir = std::env::temp_dir().join(format!("nc-ffi-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let path = CString::new(dir.join("c").to_str().unwrap()).unwrap();
     let mut c = ptr::null_mut();
     // SAFETY: valid path, options and out-pointer.
     let st = unsafe { nc_open(path.as_ptr(), &opts, &mut c) };
@@ -136,7 +146,7 @@ fn many_keys_in_one_call() {
 
 #[test]
 fn bad_arguments_are_codes_with_messages_and_change_nothing() {
-    let o = open("bad", 1 << 20);
+    let o = open_with("bad", NcOpenOptions { no_spill: true, ..options(1 << 20) });
     let mut stored = false;
     // SAFETY: the invalid pointers are NULL, which the ABI checks.
     unsafe {
@@ -163,6 +173,7 @@ fn bad_arguments_are_codes_with_messages_and_change_nothing() {
             nc_store(o.c, b"k".as_ptr(), 1, big.as_ptr(), big.len(), 0, 0, 0, &mut stored),
             NcStatus::NC_VALUE_TOO_LARGE
         );
+        assert!(message().contains("entry limit"), "{}", message());
         assert!(message().contains("left unchanged"), "{}", message());
         let mut n = 99usize;
         assert_eq!(nc_len(o.c, &mut n), NcStatus::NC_OK);
@@ -203,4 +214,92 @@ fn keys_use_the_engine_encoding_both_ways() {
     // SAFETY: valid handle and callback.
     unsafe { nc_keys(o.c, count_keys, &mut n as *mut _ as *mut c_void) };
     assert_eq!(n, 1, "the escaped key is listed once, as the caller's key");
+}
+
+fn get(c: *mut NcCache, key: &[u8]) -> Option<(Vec<u8>, u32)> {
+    let mut got = (Vec::new(), 0u32);
+    let mut found = false;
+    let ctx = &mut got as *mut _ as *mut c_void;
+    // SAFETY: valid handle, key and out-pointers.
+    let st = unsafe { nc_get(c, key.as_ptr(), key.len(), alloc_vec, ctx, &mut found) };
+    assert_eq!(st, NcStatus::NC_OK, "{}", message());
+    found.then_some(got)
+}
+
+fn store(c: *mut NcCache, key: &[u8], value: &[u8]) -> NcStatus {
+    let mut stored = false;
+    // SAFETY: valid handle, key, value and out-pointer.
+    unsafe {
+        nc_store(c, key.as_ptr(), key.len(), value.as_ptr(), value.len(), 3, 0, 0, &mut stored)
+    }
+}
+
+fn stats(c: *mut NcCache) -> NcStats {
+    let mut s = NcStats::default();
+    // SAFETY: valid handle and out-pointer.
+    assert_eq!(unsafe { nc_stats(c, &mut s) }, NcStatus::NC_OK, "{}", message());
+    s
+}
+
+#[test]
+fn large_values_spill_to_files_within_the_budget() {
+    let o = open_with("spill", NcOpenOptions { spill_budget: 4 << 20, ..options(1 << 20) });
+    // SAFETY: live handle.
+    let (max_entry, max_value, threshold) =
+        unsafe { (nc_max_entry_size(o.c), nc_max_value_size(o.c), nc_spill_threshold(o.c)) };
+    assert_eq!(max_value, 4 << 20, "the spill budget bounds values");
+    assert_eq!(threshold, 128 * 1024, "0 takes the engine's default threshold");
+    let big: Vec<u8> = (0..max_entry + 1).map(|i| (i % 251) as u8).collect();
+    assert_eq!(store(o.c, b"big", &big), NcStatus::NC_OK, "{}", message());
+    assert_eq!(
+        get(o.c, b"big"),
+        Some((big.clone(), 3)),
+        "a value over the entry limit round-trips"
+    );
+    let s = stats(o.c);
+    assert_eq!((s.spilled_values, s.spilled_bytes), (1, big.len() as u64));
+    assert_eq!(s.spill_refused, 0);
+    let spill_dir = o.dir.join("c.spill");
+    assert_eq!(std::fs::read_dir(&spill_dir).unwrap().count(), 1, "one file beside the cache");
+
+    let over = vec![7u8; (4 << 20) + 1];
+    assert_eq!(store(o.c, b"big", &over), NcStatus::NC_VALUE_TOO_LARGE);
+    assert!(message().contains("spill_budget"), "{}", message());
+    assert!(message().contains("left unchanged"), "{}", message());
+    assert_eq!(get(o.c, b"big"), Some((big, 3)), "the refused value lost nothing");
+
+    let mut deleted = false;
+    // SAFETY: valid handle, key and out-pointer.
+    unsafe { nc_delete(o.c, b"big".as_ptr(), 3, &mut deleted) };
+    assert!(deleted);
+    assert_eq!(stats(o.c).spilled_values, 0);
+}
+
+#[test]
+fn the_spill_threshold_and_no_spill_options_apply() {
+    let o = open_with("threshold", NcOpenOptions { spill_threshold: 1000, ..options(1 << 20) });
+    // SAFETY: live handle.
+    assert_eq!(unsafe { nc_spill_threshold(o.c) }, 1000);
+    assert_eq!(store(o.c, b"inline", &[1u8; 1000]), NcStatus::NC_OK);
+    assert_eq!(store(o.c, b"spilled", &[2u8; 1001]), NcStatus::NC_OK);
+    assert_eq!(stats(o.c).spilled_values, 1, "only the value over the threshold spills");
+    assert_eq!(get(o.c, b"spilled").map(|v| v.0), Some(vec![2u8; 1001]));
+
+    let off = open_with(
+        "nospill",
+        NcOpenOptions { no_spill: true, spill_budget: 1 << 30, ..options(1 << 20) },
+    );
+    // SAFETY: live handle.
+    let (max_entry, max_value) = unsafe { (nc_max_entry_size(off.c), nc_max_value_size(off.c)) };
+    assert!(max_value < max_entry as u64, "no_spill: only what fits inline");
+    assert_eq!(
+        store(off.c, b"k", &vec![0u8; max_value as usize]),
+        NcStatus::NC_OK,
+        "{}",
+        message()
+    );
+    assert_eq!(store(off.c, b"k", &vec![0u8; max_entry + 1]), NcStatus::NC_VALUE_TOO_LARGE);
+    assert!(message().contains("entry limit"), "{}", message());
+    assert_eq!(stats(off.c).spilled_values, 0);
+    assert!(!off.dir.join("c.spill").exists(), "no_spill makes no directory");
 }

@@ -153,13 +153,78 @@ subtest 'large values' => sub {
     my $big = fresh_cache(cache_size => '64m', shards => 4);
     my $max = $big->max_entry_size;
     cmp_ok($max, '>', 5 << 20, 'a 64 MiB cache of 4 shards takes entries over 5 MiB');
+    is($big->spill_threshold, 128 << 10, 'values over 128 KiB go to files by default');
+    is($big->max_value_size, 1 << 30, '... up to the default spill budget, 1 GiB');
     my $v = pack 'N*', 1 .. (5 << 18);
     $big->set(huge => $v);
     ok($big->get('huge') eq $v, 'a 5 MiB value round-trips');
-    eval { $big->set(too_big => 'x' x ($max + 1)) };
-    like($@, qr/exceeds the \d+-byte entry limit.*left unchanged/, 'a value over the limit croaks clearly');
-    ok($big->get('huge') eq $v, '... and loses nothing');
-    ok(!defined $big->get('too_big'), '... and stores nothing');
+    my $over = substr(pack('N*', reverse 1 .. ($max / 4 + 1)), 0, $max + 1);
+    is(length $over, $max + 1, 'a value one byte over max_entry_size ...');
+    $big->set(over => $over);
+    ok($big->get('over') eq $over, '... round-trips (kept in a file)');
+    $big->set(text => "\x{263a}" x (100 << 10));
+    is($big->get('text'), "\x{263a}" x (100 << 10), 'spilled text keeps its type');
+    my $got = $big->multi_get([qw(huge over nothing)]);
+    ok($got->{huge} eq $v && $got->{over} eq $over && keys %$got == 2, 'multi_get reads spilled values');
+    my %len = map { $_->{key} => $_->{value_len} } $big->get_keys(1);
+    is($len{over}, $max + 1, 'get_keys reports the value length');
+    my $s = $big->stats;
+    is($s->{spilled_values}, 3, 'stats: spilled_values');
+    is($s->{spilled_bytes}, length($v) + length($over) + 3 * (100 << 10), 'stats: spilled_bytes');
+    is($s->{spill_refused}, 0, 'stats: spill_refused');
+    ok(-d $big->share_file . '.spill', 'the files are in a directory beside the cache file');
+    ok($big->get_and_remove('over') eq $over, 'get_and_remove of a spilled value');
+    ok(!defined $big->get('over'), '... removes it');
+    is($big->stats->{spilled_values}, 2, '... and its file');
+};
+
+subtest 'the spill budget bounds spilled values' => sub {
+    my $c = fresh_cache(spill_budget => '2m', spill_threshold => '64k');
+    is($c->max_value_size, 2 << 20, 'max_value_size is the spill budget');
+    is($c->spill_threshold, 64 << 10, 'spill_threshold takes a size');
+    $c->set(small => 'x' x (64 << 10));
+    is($c->stats->{spilled_values}, 0, 'a value at the threshold stays inline');
+    my $v = 'a' x (1 << 20);
+    $c->set(k => $v);
+    is($c->stats->{spilled_values}, 1, 'a value over it spills');
+    eval { $c->set(k => 'b' x (3 << 20)) };
+    like($@, qr/exceeds the 2097152-byte spill budget.*spill_budget.*left unchanged/,
+        'a value over the budget croaks, naming spill_budget');
+    ok($c->get('k') eq $v, '... and loses nothing');
+    eval { $c->set(other => 'c' x (3 << 20)) };
+    ok(!defined $c->get('other'), '... and stores nothing');
+    eval { $c->multi_set({ m1 => 'm', m2 => 'd' x (3 << 20) }) };
+    like($@, qr/spill budget/, 'multi_set with a value over the budget croaks');
+    ok(!defined $c->get('m1'), '... before storing anything');
+    my $w = 'e' x (1536 << 10);
+    $c->set(k2 => $w);
+    ok($c->get('k2') eq $w, 'a value that needs room in the budget is stored ...');
+    cmp_ok($c->stats->{spilled_bytes}, '<=', 2 << 20, '... evicting spilled values to stay within it');
+    is($c->get('small'), 'x' x (64 << 10), 'inline values are not evicted for it');
+};
+
+subtest 'spill_budget => 0 keeps every value inline' => sub {
+    my $c = fresh_cache(cache_size => '64m', shards => 4, spill_budget => 0);
+    my $max = $c->max_entry_size;
+    cmp_ok($c->max_value_size, '<', $max, 'max_value_size is what fits in one entry');
+    my $v = pack 'N*', 1 .. (5 << 18);
+    $c->set(huge => $v);
+    ok($c->get('huge') eq $v, 'a 5 MiB value round-trips');
+    is($c->stats->{spilled_values}, 0, '... inline');
+    eval { $c->set(too_big => 'x' x ($max + 1)) };
+    like($@, qr/exceeds the \d+-byte entry limit.*left unchanged/, 'a value over the entry limit croaks clearly');
+    ok($c->get('huge') eq $v, '... and loses nothing');
+    ok(!defined $c->get('too_big'), '... and stores nothing');
+    ok(!-e $c->share_file . '.spill', 'no directory of spilled values');
+};
+
+subtest 'the spilled values of a temporary cache go with it' => sub {
+    my $tmp = Cache::Near->new(cache_size => '1m');
+    my $dir = $tmp->share_file . '.spill';
+    $tmp->set(big => 'z' x (2 << 20));
+    ok(-d $dir, 'a temporary cache spills beside its file');
+    undef $tmp;
+    ok(!-e $dir, '... and the directory is removed with the object');
 };
 
 subtest 'the file is shared by objects and survives them' => sub {

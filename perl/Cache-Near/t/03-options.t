@@ -107,6 +107,8 @@ subtest 'bad arguments croak clearly and lose nothing' => sub {
         [sub { Cache::Near->new(share_file => fresh_file(), colour => 'red') }, qr/unknown option\(s\): colour/, 'unknown option'],
         [sub { Cache::Near->new(share_file => fresh_file(), lock_timeout => 'soon') }, qr/lock_timeout must be a positive number/, 'bad lock_timeout'],
         [sub { Cache::Near->new(share_file => fresh_file(), lock_timeout => -1) }, qr/lock_timeout must be a positive number/, 'negative lock_timeout'],
+        [sub { Cache::Near->new(share_file => fresh_file(), spill_budget => 'lots') }, qr/size 'lots' is not a number/, 'bad spill_budget'],
+        [sub { Cache::Near->new(share_file => fresh_file(), spill_threshold => 0) }, qr/spill_threshold must be at least 1 byte/, 'spill_threshold of 0'],
         [sub { Cache::Near->new(share_file => fresh_file(), read_cb => 'x') }, qr/read_cb must be a code reference/, 'bad callback'],
         [sub { Cache::Near->new(share_file => fresh_file(), write_action => 'write_back') }, qr/not supported/, 'write_back'],
         [sub { Cache::Near->new(share_file => '/dev/null/x', cache_size => '1m') }, qr{Cache::Near: .*/dev/null}, 'unusable path'],

@@ -1,6 +1,6 @@
 # Round trips with the Python package on one file: values set from Perl
 # read back in Python with their types, and the other way round, plain,
-# JSON-serialized and signed.
+# JSON-serialized, signed and large (spilled to files).
 use strict;
 use warnings;
 use FindBin;
@@ -134,6 +134,29 @@ PY
     my $wrong = Cache::Near->new(share_file => $file, cache_size => $SIZE, serializer => 'json',
         signing_key => 'another secret of 32 bytes.......');
     ok(!defined $wrong->get('python_signed'), 'another key rejects them');
+};
+
+subtest 'large values spilled to files, both ways' => sub {
+    require Digest::SHA;
+    my $file = fresh_file('pybig');
+    my $c = Cache::Near->new(share_file => $file, cache_size => $SIZE);
+    my $big = pack 'N*', 1 .. (3 << 18);                 # 3 MiB: more than a shard holds
+    cmp_ok(length $big, '>', $c->max_entry_size, 'the value is larger than an entry');
+    $c->set(from_perl => $big);
+    $c->set(text_from_perl => "\x{263a}" x (50 << 10));  # 150 KiB of UTF-8: over the threshold
+    is($c->stats->{spilled_values}, 2, 'both are spilled');
+    my $out = python($file, '', <<'PY');
+import hashlib
+v = c.get("from_perl")
+t = c.get("text_from_perl")
+c.set("from_python", bytes(range(256)) * 8192)
+print(json.dumps([type(v).__name__, len(v), hashlib.sha256(v).hexdigest(), t == "\u263a" * (50 << 10)]))
+PY
+    is_deeply($json->decode($out), ['bytes', length $big, Digest::SHA::sha256_hex($big), JSON::PP::true()],
+        'Python reads a value spilled from Perl, bytes and text');
+    my $from_python = $c->get('from_python');
+    ok(defined $from_python && $from_python eq join('', map { chr } 0 .. 255) x 8192,
+        'Perl reads a 2 MiB value spilled from Python');
 };
 
 done_testing;

@@ -52,7 +52,7 @@ my %KNOWN_OPTION = map { $_ => 1 } qw(
     share_file cache_size shards expire_time raw_values serializer compress
     compress_threshold signing_key read_cb write_cb delete_cb write_action
     cache_not_found context init_file unlink_on_exit create recreate
-    allow_foreign_owner lock_timeout
+    allow_foreign_owner lock_timeout spill_threshold spill_budget
 );
 
 my %SIZE_UNIT = (k => 1 << 10, m => 1 << 20, g => 1 << 30);
@@ -126,6 +126,18 @@ sub new {
             && $opt{lock_timeout} > 0;
         $lock_timeout_ms = int($opt{lock_timeout} * 1000 + 0.5) || 1;
     }
+    # Large values (see "LARGE VALUES" in the POD); 0 takes the engine's
+    # defaults (128 KiB, 1 GiB), and a budget of 0 turns spilling off.
+    my ($spill_threshold, $spill_budget, $no_spill) = (0, 0, 0);
+    if (defined $opt{spill_threshold}) {
+        $spill_threshold = _parse_size($opt{spill_threshold});
+        croak "Cache::Near->new: spill_threshold must be at least 1 byte, got '$opt{spill_threshold}'"
+            unless $spill_threshold > 0;
+    }
+    if (defined $opt{spill_budget}) {
+        $spill_budget = _parse_size($opt{spill_budget});
+        $no_spill = $spill_budget == 0 ? 1 : 0;
+    }
     my $hooked = grep { $self{$_} } qw(read_cb write_cb delete_cb);
     my $perl_encode = $self{compress} || defined $self{signing_key};
     my $cache = $class->_open(
@@ -133,7 +145,8 @@ sub new {
         (exists $opt{create} ? ($opt{create} ? 1 : 0) : 1),
         ($opt{recreate} ? 1 : 0),
         ($opt{allow_foreign_owner} ? 1 : 0),
-        $lock_timeout_ms, $default_ttl_ms, ($hooked ? 1 : 0), ($perl_encode ? 1 : 0),
+        $lock_timeout_ms, $spill_threshold, $spill_budget, $no_spill,
+        $default_ttl_ms, ($hooked ? 1 : 0), ($perl_encode ? 1 : 0),
         (defined $self{signing_key} ? 1 : 0), \%self,
     );
     $cache->_clear if $opt{init_file};
@@ -146,7 +159,25 @@ sub DESTROY {
     return unless $o;
     my $unlink = $o->{unlink_on_exit} && $self->_owner_pid == $$;
     $self->_free;
-    unlink $o->{share_file} if $unlink;
+    return unless $unlink;
+    unlink $o->{share_file};
+    _remove_spill_dir($o->{share_file});
+}
+
+# Remove the directory of spilled values beside a cache file: the files
+# the engine names (16 hex digits, or ".tmp-" and 16 hex digits for a
+# write that was interrupted), then the directory if that emptied it.
+# Nothing else in it is touched, and a symlink is not followed.
+sub _remove_spill_dir {
+    my ($file) = @_;
+    my $dir = "$file.spill";
+    return if -l $dir || !-d _;
+    opendir my $dh, $dir or return;
+    my @names = grep { /\A(?:\.tmp-)?[0-9a-f]{16}\z/ } readdir $dh;
+    closedir $dh;
+    unlink map { "$dir/$_" } @names;
+    rmdir $dir;
+    return;
 }
 
 # A cache object holds a C pointer: threads started with ithreads do not
@@ -488,9 +519,10 @@ same file: a fixed-size memory-mapped file split into shards, each with a
 robust process-shared lock, an open-addressing index and SIEVE eviction.
 A process killed while holding a lock (even C<kill -9> in the middle of a
 write) costs at most that one shard's entries; the next process to take
-the lock repairs it. Values up to the shard size are accepted; a value
-that does not fit is refused with an error and the cache is left as it
-was.
+the lock repairs it. Large values (over 128 KiB by default) are kept in
+files beside the cache file and read back transparently (see
+L</"LARGE VALUES">); a value that cannot be stored is refused with an
+error and the cache is left as it was.
 
 Its interface follows L<Cache::FastMmap> where that makes sense, so
 switching is mostly a search-and-replace, and the same file can be read
@@ -564,8 +596,9 @@ Empty the cache when opening it.
 
 =item unlink_on_exit
 
-Remove the file when the creating object is destroyed (default: only for
-the default temporary file).
+Remove the file (and the directory of its spilled values) when the
+creating object is destroyed (default: only for the default temporary
+file).
 
 =item create, recreate, allow_foreign_owner
 
@@ -577,6 +610,19 @@ parameters; accept a file owned by another user.
 Longest wait, in seconds, for a shard lock that another live process holds
 (stopped, traced, dumping core); default 0.05. Past it a read is a miss and
 a write croaks ("shard lock was still held"), changing nothing.
+
+=item spill_threshold
+
+Values longer than this (as stored: after serialization, compression and
+signing) are kept in files beside the cache file; a size as for
+C<cache_size> (default C<128k>). See L</"LARGE VALUES">.
+
+=item spill_budget
+
+Most bytes those files may hold, a size as for C<cache_size> (default
+C<1g>); past it, spilled values are evicted. C<0> turns spilling off:
+every value is kept in the shared file, and one too large for a shard
+croaks.
 
 =back
 
@@ -591,8 +637,8 @@ with and without Perl's UTF-8 flag is the same key).
 
 =item set($key, $value [, $expire])
 
-Store; C<$expire> as C<expire_time>. Returns 1. Croaks if the entry does
-not fit in a shard (nothing is changed then).
+Store; C<$expire> as C<expire_time>. Returns 1. Croaks if the value is
+longer than C<max_value_size> (nothing is changed then).
 
 =item add($key, $value [, $expire]), replace($key, $value [, $expire])
 
@@ -667,7 +713,19 @@ A hashref of counters summed over shards: hits, misses, sets, deletes,
 evictions, expirations, compactions, corruptions, resets and salvages
 (repairs after a process died mid-write: a salvage keeps every complete
 entry, a reset empties the shard), entries_lost, lock_timeouts, items and
-the byte figures (held_bytes: the memory the file really holds).
+the byte figures (held_bytes: the memory the file really holds); for
+large values, spilled_values, spilled_bytes (held in their files) and
+spill_refused (files missing or failing their checks: not served).
+
+=item max_value_size
+
+The longest value (as stored) accepted: the spill budget, or with
+C<spill_budget =E<gt> 0> what fits in one entry.
+
+=item max_entry_size, spill_threshold
+
+The largest entry (key, value and a 32-byte header) kept in the shared
+file, and the length over which values go to files.
 
 =item check
 
@@ -678,6 +736,28 @@ Verify every shard (resetting corrupt ones); a hashref report.
 Unmap the file; later calls croak.
 
 =back
+
+=head1 LARGE VALUES
+
+Values longer than C<spill_threshold> (default 128 KiB), and any value
+too large for one entry of its shard (C<max_entry_size>), are kept in
+files in a directory beside the cache file, C<$share_file.spill/>, one
+file per value, and read back transparently: C<get>, C<multi_get>,
+C<get_and_remove> and the rest work as for any value, from every process
+and from the Python package. Each file is written whole before the cache
+names it and is checked (owner, permissions, length, checksum) when read;
+a file that fails is a miss, counted in C<spill_refused>.
+
+  my $cache = Cache::Near->new(share_file => $file, spill_budget => '4g');
+  $cache->set(report => $pdf);                   # 40 MB: kept in a file
+  my $max = $cache->max_value_size;              # 4 GiB here
+
+The files hold at most C<spill_budget> bytes (default 1 GiB); past it,
+spilled values are evicted. A value longer than the whole budget croaks
+with a message naming C<spill_budget> and changes nothing. With
+C<spill_budget =E<gt> 0> nothing is spilled and a value too large for a
+shard croaks. On tmpfs (the default directory) the files are memory,
+like the cache file.
 
 =head1 ERRORS
 

@@ -23,6 +23,15 @@ sub fresh_cache {
     return Cache::Near->new(share_file => fresh_file(), cache_size => '8m', %opt);
 }
 
-END { unlink grep { defined && -e } @files }
+# Only in the process that loaded this module (not in forked children).
+my $owner_pid = $$;
+
+END {
+    return unless $$ == $owner_pid;
+    for my $f (grep { defined } @files) {
+        unlink $f if -e $f;
+        Cache::Near::_remove_spill_dir($f);
+    }
+}
 
 1;

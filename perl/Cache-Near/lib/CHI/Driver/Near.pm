@@ -16,14 +16,16 @@ our $VERSION = '0.1.0';
 has 'share_file' => (is => 'ro', lazy => 1, builder => '_build_share_file');
 has 'cache_size' => (is => 'ro', default => sub { '64m' });
 has 'shards'     => (is => 'ro', default => sub { 0 });
+has 'spill_threshold' => (is => 'ro');
+has 'spill_budget'    => (is => 'ro');
 has 'near_cache' => (is => 'ro', lazy => 1, builder => '_build_near_cache');
 has '_prefix'    => (is => 'ro', lazy => 1, builder => '_build_prefix');
 
 # Engine keys are at most 64 KiB of UTF-8; CHI digests longer keys.
 has '+max_key_length' => (default => sub { 16 * 1024 });
 
-# One Cache::Near per file and size in each process: CHI creates many
-# driver objects, and they all share one mapping.
+# One Cache::Near per file, size and spill options in each process: CHI
+# creates many driver objects, and they all share one mapping.
 my %OPEN;
 
 sub _build_share_file {
@@ -32,13 +34,16 @@ sub _build_share_file {
 
 sub _build_near_cache {
     my ($self) = @_;
-    my $id = join "\0", $self->share_file, $self->cache_size, $self->shards, $$;
+    my %spill = map { defined $self->$_ ? ($_ => $self->$_) : () } qw(spill_threshold spill_budget);
+    my $id = join "\0", $self->share_file, $self->cache_size, $self->shards,
+        map({ defined $_ ? $_ : '' } $spill{spill_threshold}, $spill{spill_budget}), $$;
     return $OPEN{$id} ||= Cache::Near->new(
         share_file     => $self->share_file,
         cache_size     => $self->cache_size,
         shards         => $self->shards,
         raw_values     => 1,
         unlink_on_exit => 0,
+        %spill,
     );
 }
 
@@ -161,6 +166,13 @@ use the same size for the same file.
 =item shards
 
 Shard count (power of two); 0 chooses from the size.
+
+=item spill_threshold, spill_budget
+
+As for L<Cache::Near>: values longer than C<spill_threshold> (default
+C<128k>) are kept in files beside the cache file, which hold at most
+C<spill_budget> bytes (default C<1g>; C<0> keeps every value in the
+shared file, so a value too large for a shard is an error).
 
 =back
 

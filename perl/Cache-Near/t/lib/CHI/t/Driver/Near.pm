@@ -7,12 +7,13 @@ use warnings;
 use CHI::Test;
 use base qw(CHI::t::Driver);
 
-my $share_file;
+my ($share_file, $owner_pid);
 
 sub required_modules { return { 'Cache::Near' => undef } }
 
 sub new_cache_options {
     my $self = shift;
+    $owner_pid ||= $$;
     $share_file ||= Cache::Near->default_directory . "/chi-test-$$-" . time . '.cache';
     return ($self->SUPER::new_cache_options(), share_file => $share_file, cache_size => '32m');
 }
@@ -37,11 +38,31 @@ sub test_value_too_large : Tests {
     my $cache = $self->new_cache(namespace => 'near-large', on_set_error => 'die');
     my $max = $cache->near_cache->max_entry_size;
     $cache->set(small => 'x' x 1024);
-    throws_ok { $cache->set(large => 'x' x ($max + 1)) } qr/error during cache set.*exceeds/,
-        'a value larger than a shard croaks';
-    is($cache->get('small'), 'x' x 1024, 'the cache is unchanged');
+    my $large = 'y' x ($max + 1);
+    lives_ok { $cache->set(large => $large) } 'a value larger than a shard is stored ...';
+    ok($cache->get('large') eq $large, '... in a file beside the cache, and read back');
+    $cache->remove('large');
+
+    my $budget = $self->new_cache(namespace => 'near-large', on_set_error => 'die', spill_budget => '2m');
+    is($budget->near_cache->max_value_size, 2 << 20, 'spill_budget is passed to Cache::Near');
+    throws_ok { $budget->set(small => 'z' x (3 << 20)) }
+        qr/error during cache set.*exceeds the \d+-byte spill budget.*spill_budget/,
+        'a value larger than the spill budget croaks';
+    is($budget->get('small'), 'x' x 1024, 'the cache is unchanged');
+
+    my $inline = $self->new_cache(namespace => 'near-large', on_set_error => 'die', spill_budget => 0);
+    throws_ok { $inline->set(small => 'x' x ($max + 1)) } qr/error during cache set.*exceeds.*entry limit/,
+        'with spill_budget => 0 a value larger than a shard croaks';
+    is($inline->get('small'), 'x' x 1024, 'the cache is unchanged');
 }
 
-END { unlink $share_file if $share_file }
+# Only in the process that made the file: CHI's multi-process tests fork
+# children, which run END blocks too when they exit.
+END {
+    if ($share_file && $owner_pid == $$) {
+        unlink $share_file;
+        Cache::Near::_remove_spill_dir($share_file);
+    }
+}
 
 1;
