@@ -191,7 +191,7 @@ class _Prepared(NamedTuple):
     prefix: bytes
     options: dict[str, Any]
     counters: _DecodeCounters
-    direct_types: frozenset[type]
+    direct_types: frozenset[Any]
     native_options: dict[str, Any]
 
 
@@ -274,7 +274,7 @@ def _prepare(
         "spill_budget": spill_budget,
     }
     if codec.signed:
-        direct_types: frozenset[type] = frozenset()
+        direct_types: frozenset[Any] = frozenset()
     elif codec.compressor is not None:
         direct_types = _DIRECT_TYPES_COMPRESSED
     else:
@@ -415,7 +415,7 @@ class Cache:
         # Opening per request is a pattern the seeds measure: options already
         # parsed once in this process are not parsed again (the cache of
         # preparations is keyed by every option and the default directory).
-        key = (args, default_directory() if path is None else None)
+        key: Any = (args, default_directory() if path is None else None)
         try:
             prepared = _PREPARED.get(key)
         except TypeError:  # an unhashable option (a serializer object...)

@@ -345,9 +345,7 @@ class _Worker:
         self.violation_fd = os.open(
             run_dir / f"violations-{slot}.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600
         )
-        self.cache = _native.NativeCache(
-            path, 0, create=False, spill_threshold=cfg.spill_threshold
-        )
+        self.cache = _native.NativeCache(path, 0, create=False, spill_threshold=cfg.spill_threshold)
         self.max_value = max(16, min(cfg.max_value, self.cache.max_entry_size - 256))
         self.seq = 0
         self.seen: dict[tuple[int, int], int] = {}
