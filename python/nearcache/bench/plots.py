@@ -27,7 +27,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BackendStyle", "backend_style", "barh_panels", "latency_panels", "matplotlib_missing"]
+__all__ = [
+    "BackendStyle",
+    "backend_style",
+    "barh_panels",
+    "latency_panels",
+    "matplotlib_missing",
+    "size_lines",
+]
 
 
 @dataclass(frozen=True)
@@ -55,6 +62,8 @@ STYLES: dict[str, BackendStyle] = {
     "nearcache-native": BackendStyle("#c2255c", "s", "ours"),
     "django-nearcache": BackendStyle("#f08c00", "D", "ours"),
     "tiered": BackendStyle("#9c36b5", "^", "ours"),
+    "nearcache-inline": BackendStyle("#a61e4d", "s", "ours"),
+    "nearcache-spilled": BackendStyle("#ffa94d", "^", "ours"),
     "django-tiered-redis": BackendStyle("#f06595", "v", "ours"),
     "dict": BackendStyle("#1864ab", "o", "process"),
     "cachetools": BackendStyle("#4dabf7", "s", "process"),
@@ -265,6 +274,98 @@ def latency_panels(
         )
     fig.suptitle(title + "\nnearcache's backends (thick) repeated in every row", fontsize=12)
     fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _size_tick(n: float) -> str:
+    """``1024`` -> ``1 KiB``, ``1258291`` -> ``1.2 MiB`` (axis labels)."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.3g} {unit}"
+        value /= 1024
+    return f"{n:.0f} B"
+
+
+def size_lines(
+    path: Path,
+    title: str,
+    panels: Sequence[tuple[str, Mapping[str, Sequence[tuple[float, float]]]]],
+    ylabel: str,
+    ours: AbstractSet[str],
+    marks: Sequence[tuple[float, str]] = (),
+    dashes: Mapping[str, str] | None = None,
+) -> Path:
+    """A figure against value size, log-log: a panel per entry of ``panels``, a line per backend.
+
+    ``panels`` is ``[(panel title, {backend: [(value bytes, figure), ...]}), ...]``;
+    ``marks`` are vertical lines ``(value bytes, label)`` (a threshold, a limit);
+    ``dashes`` gives some backends a line style other than solid.  nearcache's
+    backends are drawn thick; points with a figure of 0 (not measured) are left out.
+    """
+    plt = _pyplot()
+    n = len(panels)
+    fig, axes = plt.subplots(1, n, figsize=(6.4 * n + 2.4, 5.4), squeeze=False)
+    handles: dict[str, Any] = {}
+    xs_all: set[float] = set()
+    for ax, (panel_title, series) in zip(axes[0], panels, strict=True):
+        for backend in sorted(series, key=lambda b: (b not in ours, b)):
+            points = sorted((x, y) for x, y in series[backend] if x > 0 and y > 0)
+            if not points:
+                continue
+            xs_all.update(x for x, _ in points)
+            style = backend_style(backend, ours)
+            mine = style.family == "ours"
+            (line,) = ax.plot(
+                [x for x, _ in points],
+                [y for _, y in points],
+                marker=style.marker,
+                markersize=6 if mine else 4,
+                color=style.color,
+                linewidth=2.6 if mine else 1.3,
+                linestyle=(dashes or {}).get(backend, "-"),
+                zorder=3 if mine else 2,
+                label=backend,
+            )
+            handles.setdefault(backend, line)
+        for x, label in marks:
+            ax.axvline(x, color="#868e96", linestyle=":", linewidth=1.2, zorder=1)
+            ax.annotate(
+                label,
+                xy=(x, 1.0),
+                xycoords=("data", "axes fraction"),
+                xytext=(3, -4),
+                textcoords="offset points",
+                rotation=90,
+                va="top",
+                fontsize=7,
+                color="#495057",
+            )
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_title(panel_title, fontsize=11)
+        ax.set_xlabel("value size (log scale)", fontsize=9)
+        ax.set_ylabel(ylabel, fontsize=9)
+        ax.grid(True, which="major", alpha=0.3)
+        ax.tick_params(axis="both", labelsize=8)
+        if xs_all:
+            ticks = sorted(xs_all)
+            ax.set_xticks(ticks)
+            ax.set_xticklabels([_size_tick(x) for x in ticks], rotation=45, ha="right")
+            ax.minorticks_off()
+    fig.legend(
+        list(handles.values()),
+        list(handles),
+        loc="center right",
+        fontsize=8,
+        frameon=False,
+    )
+    fig.suptitle(title, fontsize=12)
+    width = fig.get_size_inches()[0]
+    fig.tight_layout(rect=(0, 0, 1 - 2.2 / width, 0.95))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -8,6 +8,7 @@ import pytest
 
 from nearcache.bench import PROFILES, RunOptions, run
 from nearcache.bench.model import BenchResult, WorkloadResult
+from nearcache.bench.workloads import Fastmmap2004
 from nearcache.bench.workloads.zipf import lru_hit_ratio
 
 PEERS = ["dict", "cachetools", "diskcache", "django-locmem", "lmdb"]
@@ -49,17 +50,32 @@ def test_chi_2010(tmp_path: Path) -> None:
             assert [r["ops"] for r in m.runs] == [404.0]  # tiny: exactly the configured ops
 
 
-def test_fastmmap_2004_hit_rates_differ_under_eviction(tmp_path: Path) -> None:
-    _, w = _run("fastmmap-2004", tmp_path, ["dict", "cachetools", "diskcache", *OURS])
-    assert len(w.cases) == 6
+FASTMMAP_BACKENDS = ["dict", "cachetools", "diskcache", *OURS]
+
+
+@pytest.fixture(scope="module")
+def fastmmap_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[BenchResult, WorkloadResult]:
+    """One tiny run of fastmmap-2004 (every case) shared by the tests below."""
+    return _run("fastmmap-2004", tmp_path_factory.mktemp("fastmmap"), FASTMMAP_BACKENDS)
+
+
+def test_fastmmap_2004_hit_rates_differ_under_eviction(
+    fastmmap_run: tuple[BenchResult, WorkloadResult],
+) -> None:
+    result, w = fastmmap_run
+    assert len(w.cases) == 9
     big = w.case("bin-1628")
     small = w.case("bin-147")
     assert big is not None and small is not None
     for case in w.cases:
+        assert {m.backend for m in case.measurements} == set(_ran(result, FASTMMAP_BACKENDS)), (
+            case.skipped
+        )
         for m in case.measurements:
             for key in ("ghitr", "mhitr"):
                 assert 0.0 <= m.metrics[key] <= 1.0
-            assert m.metrics["stored"] == 120  # tiny: every key stored
+            # tiny: every key stored (120; 6 for the seed 003 sizes)
+            assert m.metrics["stored"] == case.params.get("keys", 120)
             assert m.runs[0]["false_hits"] == 0  # never-stored keys never hit
             for key in ("set_per_s", "get_per_s", "mix_per_s"):
                 assert m.metrics[key] > 0
@@ -68,6 +84,31 @@ def test_fastmmap_2004_hit_rates_differ_under_eviction(tmp_path: Path) -> None:
     assert dict_big.metrics["ghitr"] == 1.0  # unbounded
     assert lru_small.metrics["ghitr"] == 1.0  # small values fit the budget
     assert lru_big.metrics["ghitr"] < 0.8  # large ones do not
+
+
+def test_fastmmap_2004_seed_003_sizes(fastmmap_run: tuple[BenchResult, WorkloadResult]) -> None:
+    """Bytes values of 59 KiB, 295 KiB and 1.2 MiB, budget twice the working set: all hit."""
+    result, w = fastmmap_run
+    large = [c for c in w.cases if c.params.get("large")]
+    assert [c.case for c in large] == ["bin-59KiB", "bin-295KiB", "bin-1.2MiB"]
+    assert [c.params["cmplx"] for c in large] == [59 * 1024, 295 * 1024, round(1.2 * 2**20)]
+    for case in large:
+        assert not case.skipped, case.skipped
+        assert {m.backend for m in case.measurements} == set(_ran(result, FASTMMAP_BACKENDS))
+        for m in case.measurements:
+            assert m.metrics["stored"] == 6 == m.info["keys"]
+            assert m.info["value_bytes"] == case.params["cmplx"]
+            assert m.metrics["ghitr"] == m.metrics["mhitr"] == 1.0  # nothing evicted
+            assert m.runs[0]["false_hits"] == 0
+            for key in ("set_per_s", "get_per_s", "mix_per_s"):
+                assert m.metrics[key] > 0
+        ours = case.get("nearcache")
+        assert ours is not None
+        # nearcache's file is the budget: twice 6 x (36-byte key + value)
+        assert ours.info["limit"].endswith(" file")
+    tables = Fastmmap2004(PROFILES["tiny"]).tables(w, {})
+    rows = 3 * len(_ran(result, FASTMMAP_BACKENDS))
+    assert any("seed 003" in t.title and len(t.rows) == rows for t in tables)
 
 
 def test_open_per_request_skips_process_local_caches(tmp_path: Path) -> None:
@@ -105,6 +146,24 @@ def test_django_8proc_pools_all_processes(tmp_path: Path) -> None:
     locmem, plain = case.get("django-locmem"), case.get("dict")
     assert locmem and plain
     assert locmem.metrics["get_miss"] > plain.metrics["get_miss"]
+    # The seed 003 sizes: same streams over fewer keys, every bound holding them twice.
+    assert [c.case for c in w.cases[1:]] == ["8proc-59KiB", "8proc-295KiB", "8proc-1.2MiB"]
+    for big in w.cases[1:]:
+        assert not big.skipped, big.skipped
+        assert big.params["limit"] is None and big.params["keys"] >= 8
+        for m in big.measurements:
+            assert m.metrics["ops"] == 8 * 150
+            assert m.metrics["errors"] == 0
+            assert m.info["value_bytes"] == big.params["value_bytes"]
+            assert m.info["keys"] == big.params["keys"]
+        ours, local = big.get("nearcache"), big.get("django-locmem")
+        assert ours and local
+        assert ours.info["limit"].endswith(" file")  # a byte budget, not a calibrated count
+        assert local.info["limit"] == f"MAX_ENTRIES={2 * big.params['keys']}"
+        # Unbounded per process: a miss needs one of its own deletes.
+        unculled = big.get("dict")
+        assert unculled is not None
+        assert unculled.metrics["get_miss"] == 0 or unculled.metrics["delete_count"] > 0
 
 
 def test_zipf_matches_exact_lru_for_an_lru(tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 from .base import Backend, BackendContext, Handle, Scope, format_bytes, import_module
 from .network import FOREIGN_EXPIRY, redis_delete_prefix
-from .ours import nearcache_file_size
+from .ours import nearcache_file_size, remove_cache_file
 from .registry import register
 
 __all__ = [
@@ -257,8 +257,7 @@ class DjangoNearcache(_DjangoBackend):
         return {"OPTIONS": {"size": self.size, "MAX_ENTRIES": None}}
 
     def destroy(self) -> None:
-        with contextlib.suppress(OSError):
-            Path(self.location).unlink()
+        remove_cache_file(self.location)
 
 
 @register

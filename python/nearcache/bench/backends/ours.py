@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -30,12 +31,26 @@ __all__ = [
     "calibrate_size",
     "calibration_key",
     "held_entries",
+    "nearcache_directory",
+    "remove_cache_file",
 ]
 
 #: File size used when a workload sets no bound (roomy enough for every workload).
 UNBOUNDED_SIZE = 64 * 1024 * 1024
 
 _calibrated: dict[tuple[int, int, int], int] = {}
+
+
+def nearcache_directory(ctx: BackendContext) -> Path:
+    """The directory of nearcache's files in this run (``--nearcache-dir``, else the default)."""
+    return _nearcache_dir(ctx)
+
+
+def remove_cache_file(path: str) -> None:
+    """Remove a cache file and its spill directory (``<file>.spill/``: values kept in files)."""
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+    shutil.rmtree(path + ".spill", ignore_errors=True)
 
 
 def _nearcache_dir(ctx: BackendContext) -> Path:
@@ -152,8 +167,7 @@ class _NearcacheFileBackend(Backend):
         import_module("nearcache._native").NativeCache(self.path, self.size).clear()
 
     def destroy(self) -> None:
-        with contextlib.suppress(OSError):
-            os.unlink(self.path)
+        remove_cache_file(self.path)
 
 
 @register
@@ -238,5 +252,4 @@ class NearcacheTiered(Backend):
     def destroy(self) -> None:
         with contextlib.suppress(Exception):
             self.clear()
-        with contextlib.suppress(OSError):
-            os.unlink(self.path)
+        remove_cache_file(self.path)

@@ -11,6 +11,7 @@ from .holding import Holding
 from .open_per_request import OpenPerRequest
 from .perl_chi2010 import PerlChi2010
 from .scaling import Scaling
+from .value_sizes import ValueSizes
 from .zipf import Zipf
 
 __all__ = [
@@ -26,7 +27,17 @@ __all__ = [
 #: Workload classes by name, in the order ``nearcache bench`` runs them.
 WORKLOADS: dict[str, type[Workload]] = {
     cls.name: cls
-    for cls in (Chi2010, Fastmmap2004, OpenPerRequest, Django8proc, Zipf, Holding, Scaling, E2e)
+    for cls in (
+        Chi2010,
+        Fastmmap2004,
+        OpenPerRequest,
+        Django8proc,
+        Zipf,
+        Holding,
+        Scaling,
+        ValueSizes,
+        E2e,
+    )
 }
 WORKLOADS[PerlChi2010.name] = PerlChi2010  # runs when Perl and the built Perl modules are present
 

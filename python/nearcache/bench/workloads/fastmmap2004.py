@@ -15,6 +15,16 @@ values do not all fit, so hit rates differ as in the study: a file or
 ``size_limit`` of that many bytes, or an entry count of budget / (key +
 mean value size) for caches bounded by count.  Backends without a bound keep
 everything (hit rate 1.0), like BerkeleyDB and SDBM in the study.
+
+Three more binary cases go beyond the study, with the sizes of seed 003's
+objects: an HTML page (59 KiB), a script (295 KiB) and an image (1.2 MiB),
+every value of exactly that size, over fewer keys (the first N of the same
+keys; ``large_keys`` in the parameters).  Their budget holds the working set
+twice (2 x N x (key + value) bytes, mapped to each backend as above: a
+nearcache file of that size, a diskcache ``size_limit``, 2 x N entries for
+the count-bounded caches), so nothing is evicted and the cases compare rates:
+nearcache keeps the 59 KiB values in shared memory and spills the larger
+ones to files (its spill budget, 1 GiB by default, holds them too).
 """
 
 from __future__ import annotations
@@ -40,6 +50,7 @@ from .base import (
     repeat_runs,
     timed_loop,
 )
+from .value_sizes import SEED_003_SIZES
 
 __all__ = ["Fastmmap2004"]
 
@@ -47,10 +58,17 @@ BIN_SIZES = (147, 465, 1628)
 COMPLEX_KEYS = (5, 16, 55)
 
 _PARAMS: dict[str, dict[str, int]] = {
-    # keys: N stored keys; ops: ceiling of one get or mix run; bytes_per_key: budget / N.
-    "tiny": {"keys": 120, "absent": 60, "ops": 600, "bytes_per_key": 832},
-    "quick": {"keys": 300, "absent": 150, "ops": 100_000, "bytes_per_key": 832},
-    "default": {"keys": 1_500, "absent": 750, "ops": 1_000_000, "bytes_per_key": 832},
+    # keys: N stored keys; ops: ceiling of one get or mix run; bytes_per_key: budget / N;
+    # large_keys: keys of the seed 003 cases (59 KiB, 295 KiB, 1.2 MiB values).
+    "tiny": {"keys": 120, "absent": 60, "ops": 600, "bytes_per_key": 832, "large_keys": 6},
+    "quick": {"keys": 300, "absent": 150, "ops": 100_000, "bytes_per_key": 832, "large_keys": 24},
+    "default": {
+        "keys": 1_500,
+        "absent": 750,
+        "ops": 1_000_000,
+        "bytes_per_key": 832,
+        "large_keys": 100,
+    },
 }
 
 
@@ -71,6 +89,11 @@ def hit_rate_why(limit: str) -> str:
     if limit.startswith("size_limit"):
         return "measures its size_limit by its SQLite file and value files, while " + _OUR_OVERHEAD
     return "is charged differently for the same budget"
+
+
+def _is_large(case: Case) -> bool:
+    """Whether ``case`` is one of the seed 003 sizes (its own keys and budget)."""
+    return bool(case.params.get("large"))
 
 
 def _is_binary(case: Case) -> bool:
@@ -96,12 +119,15 @@ class Fastmmap2004(Workload):
         "GHitR/MHitR are hit rates over gets of stored keys. Every backend gets the same "
         "memory budget (N x 832 bytes), so the largest values force eviction. Binary values "
         "are stored as given; for backends that store only bytes, complex values are "
-        "pickled, as the Perl modules used Storable."
+        "pickled, as the Perl modules used Storable. Beyond the study: binary values of "
+        "exactly 59 KiB, 295 KiB and 1.2 MiB (seed 003's page, script and image) over fewer "
+        "keys, with a budget of twice their working set (nothing evicted)."
     )
 
     def params(self) -> dict[str, Any]:
-        p = dict(_PARAMS[self.profile.name])
+        p: dict[str, Any] = dict(_PARAMS[self.profile.name])
         p["budget_bytes"] = p["keys"] * p["bytes_per_key"]
+        p["large_sizes"] = [s.bytes for s in SEED_003_SIZES]
         return p
 
     def cases(self) -> list[Case]:
@@ -109,6 +135,21 @@ class Fastmmap2004(Workload):
         out += [
             Case(f"complex-{n}", f"complex {n}", {"type": "complex", "cmplx": n})
             for n in COMPLEX_KEYS
+        ]
+        large_keys = _PARAMS[self.profile.name]["large_keys"]
+        out += [
+            Case(
+                f"bin-{s.id}",
+                f"bin {s.label}",
+                {
+                    "type": "bin",
+                    "cmplx": s.bytes,
+                    "size": s.label,
+                    "large": True,
+                    "keys": large_keys,
+                },
+            )
+            for s in SEED_003_SIZES
         ]
         return out
 
@@ -121,6 +162,12 @@ class Fastmmap2004(Workload):
         self.value_bytes: dict[str, int] = {}
         for case in self.cases():
             n = int(case.params["cmplx"])
+            if _is_large(case):
+                # A generator of its own: the other cases' data stay as they were.
+                large = random.Random(f"{self.rng_seed}:fastmmap:{case.id}")
+                self.values[case.id] = [large.randbytes(n) for _ in range(p["large_keys"])]
+                self.value_bytes[case.id] = n
+                continue
             if case.params["type"] == "bin":
                 vals: list[Any] = binary_values(rng, p["keys"], n, 0.5)
                 size = round(sum(len(v) for v in vals) / len(vals))
@@ -131,9 +178,23 @@ class Fastmmap2004(Workload):
             self.value_bytes[case.id] = size
         self._streams: dict[tuple[str, int, str], tuple[list[int], list[str], list[Any]]] = {}
 
+    def stored_keys(self, case: Case) -> list[str]:
+        """The keys ``case`` stores (the first ``large_keys`` of them for the seed 003 sizes)."""
+        if _is_large(case):
+            return self.stored[: int(case.params["keys"])]
+        return self.stored
+
     def capacity(self, case: Case) -> Capacity:
         p = _PARAMS[self.profile.name]
         size = self.value_bytes[case.id]
+        if _is_large(case):
+            # Twice the working set: every backend holds every value.
+            return Capacity(
+                bytes=2 * int(case.params["keys"]) * (36 + size),
+                entry_bytes=36 + size,
+                key_bytes=36,
+                value_bytes=size,
+            )
         return Capacity(
             bytes=p["keys"] * p["bytes_per_key"],
             entry_bytes=36 + size,
@@ -180,12 +241,13 @@ class Fastmmap2004(Workload):
         try:
             handle: Handle = raw if _is_binary(case) else object_handle(raw, backend.stores_objects)
             values = self.values[case.id]
+            stored = self.stored_keys(case)
             set_res = timed_loop(
                 handle,
-                [SET] * len(self.stored),
-                self.stored,
+                [SET] * len(stored),
+                stored,
                 values,
-                len(self.stored),
+                len(stored),
                 self.profile.budget_ns(scale),
             )
             n_stored = max(1, set_res.ops)
@@ -223,7 +285,7 @@ class Fastmmap2004(Workload):
             info={
                 "limit": backend.limit(),
                 "repeats": len(runs),
-                "keys": len(self.stored),
+                "keys": len(self.stored_keys(case)),
                 "value_bytes": self.value_bytes[case.id],
                 "serialized_by": (
                     "nothing (bytes stored as given)"
@@ -240,8 +302,17 @@ class Fastmmap2004(Workload):
     def tables(self, result: WorkloadResult, tradeoffs: dict[str, str]) -> list[Table]:
         out: list[Table] = []
         keys = int(result.params.get("keys", 0))
-        for dtype, title in (("bin", "binary values"), ("complex", "complex values (dicts)")):
-            cases = [c for c in result.cases if c.params.get("type") == dtype]
+        groups = (
+            ("bin", False, "binary values"),
+            ("complex", False, "complex values (dicts)"),
+            ("bin", True, "binary values of seed 003's sizes (page, script, image)"),
+        )
+        for dtype, large, title in groups:
+            cases = [
+                c
+                for c in result.cases
+                if c.params.get("type") == dtype and bool(c.params.get("large")) == large
+            ]
             if not cases:
                 continue
             names = sorted({m.backend for c in cases for m in c.measurements})
@@ -261,7 +332,7 @@ class Fastmmap2004(Workload):
                     mm = m.metrics
                     row = [
                         name,
-                        str(c.params["cmplx"]),
+                        str(c.params.get("size", c.params["cmplx"])),
                         fmt_int(mm["set_per_s"]),
                         fmt_int(mm["get_per_s"]),
                         fmt_int(mm["mix_per_s"]),
@@ -278,7 +349,8 @@ class Fastmmap2004(Workload):
                                 else "-"
                             )
                     rows.append(row)
-                    if keys and mm["stored"] < keys:
+                    case_keys = int(c.params.get("keys", keys))
+                    if case_keys and mm["stored"] < case_keys:
                         partial.append(f"{name} ({c.label}: {mm['stored']:.0f})")
                         incomparable.add((name, c.case))
             for metric, label in (("set_per_s", "Set/s"), ("get_per_s", "Get/s")):
@@ -287,9 +359,10 @@ class Fastmmap2004(Workload):
                     for c in cases
                 }
                 notes.extend(loss_notes(figures, reference, tradeoffs, fmt=fmt_int))
+            group_keys = int(cases[0].params.get("keys", keys))
             if partial:
                 notes.append(
-                    f"Stored fewer than {keys} keys within the time budget (hit rates not "
+                    f"Stored fewer than {group_keys} keys within the time budget (hit rates not "
                     "comparable): " + ", ".join(partial) + "."
                 )
             # Hit rates are compared among bounded backends that stored every key.
@@ -317,10 +390,14 @@ class Fastmmap2004(Workload):
             for c in cases:
                 notes.extend(skipped_note(c))
             budget = result.params.get("budget_bytes")
+            bound = (
+                "budget twice the working set (per case: Limit)"
+                if large
+                else f"budget {fmt_bytes(float(budget)) if budget else '?'}"
+            )
             out.append(
                 Table(
-                    f"fastmmap-2004: {title}, {keys} keys, budget "
-                    f"{fmt_bytes(float(budget)) if budget else '?'}",
+                    f"fastmmap-2004: {title}, {group_keys} keys, {bound}",
                     cols,
                     rows,
                     right={1, 2, 3, 4, 5, 6, *range(8, len(cols))},
@@ -353,6 +430,34 @@ class Fastmmap2004(Workload):
                     outdir / "fastmmap-2004-rates.png",
                     "fastmmap-2004: operations per second (higher is better)",
                     panels,
+                    "operations per second (log scale)",
+                    ours=ours_names(),
+                    network=network_names(),
+                    columns=3,
+                )
+            )
+        large_panels = []
+        for c in result.cases:
+            if not c.params.get("large"):
+                continue
+            for metric, label in (
+                ("set_per_s", "Set/s"),
+                ("get_per_s", "Get/s"),
+                ("mix_per_s", "Mix/s"),
+            ):
+                large_panels.append(
+                    (
+                        f"{label}, {c.label}",
+                        [(m.backend, m.metrics[metric]) for m in c.measurements],
+                    )
+                )
+        if large_panels:
+            paths.append(
+                barh_panels(
+                    outdir / "fastmmap-2004-large.png",
+                    "fastmmap-2004: operations per second, seed 003's value sizes "
+                    "(higher is better)",
+                    large_panels,
                     "operations per second (log scale)",
                     ours=ours_names(),
                     network=network_names(),
