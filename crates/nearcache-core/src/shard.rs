@@ -250,6 +250,32 @@ impl EntryRef<'_> {
             Src::Spilled(file) => file.read_into(dst),
         }
     }
+    /// Write the value to `w` in chunks (through a small buffer that stays
+    /// in the CPU cache): for a destination that can grow without being
+    /// zeroed first, such as a Python `bytes` writer, this is one pass over
+    /// the value's memory instead of two. An error from `w` is returned; a
+    /// spilled value that fails its checks is recorded as with
+    /// [`EntryRef::copy_to`].
+    pub fn write_to(&self, w: &mut impl std::io::Write) -> std::io::Result<()> {
+        match self.src {
+            Src::Arena { guard, off } => {
+                let mut buf = [0u8; 16 * 1024];
+                let mut done = 0;
+                while done < self.val_len {
+                    let n = (self.val_len - done).min(buf.len());
+                    // SAFETY: off..off+val_len lies inside the arena's used
+                    // part (checked when this EntryRef was made); buf has n
+                    // writable bytes.
+                    unsafe { guard.shard.copy_out(off + done, buf.as_mut_ptr(), n) };
+                    w.write_all(&buf[..n])?;
+                    done += n;
+                }
+                Ok(())
+            }
+            Src::Spilled(file) => file.write_to(w),
+        }
+    }
+
     /// The value as a new vector.
     pub fn to_vec(&self) -> Vec<u8> {
         let mut v = vec![0u8; self.val_len];

@@ -160,6 +160,36 @@ impl ValueFile<'_> {
             }
         }
     }
+    /// Write the value to `w` through a buffer, checking it as
+    /// [`ValueFile::read_into`] does. An error of `w` is returned; a failed
+    /// read or checksum is recorded (see [`ValueFile::failed`]).
+    pub(crate) fn write_to(&self, w: &mut impl Write) -> io::Result<()> {
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut hasher = self.verify.as_ref().map(|_| xxhash_rust::xxh3::Xxh3::new());
+        let mut done = 0usize;
+        while done < self.len {
+            let n = (self.len - done).min(buf.len());
+            if self.file.read_exact_at(&mut buf[..n], done as u64).is_err() {
+                self.failed.set(true);
+                // Keep the promised length: what was made is discarded.
+                buf[..n].fill(0);
+            }
+            if let Some(h) = hasher.as_mut() {
+                h.update(&buf[..n]);
+            }
+            w.write_all(&buf[..n])?;
+            done += n;
+        }
+        if let (Some(h), Some((verified, key, identity))) = (hasher, &self.verify) {
+            if !self.failed.get() && h.digest() == self.sum {
+                verified.insert(*key, *identity);
+            } else {
+                self.failed.set(true);
+            }
+        }
+        Ok(())
+    }
+
     /// Whether a copy failed its check.
     pub fn failed(&self) -> bool {
         self.failed.get()

@@ -309,3 +309,35 @@ fn a_file_changed_after_it_was_verified_is_checked_again() {
     assert!(c.get(b"k").unwrap().is_none(), "a changed file was served unchecked");
     assert_eq!(c.stats().unwrap().spill_refused, 1);
 }
+
+#[test]
+fn chunked_writes_of_inline_and_spilled_values_match_copies_and_are_checked() {
+    let d = TempDir::new("spill-write-to");
+    let path = d.file("c");
+    let c = Cache::open(&path, &spill_opts(64 << 20)).unwrap();
+    for (key, len) in [(&b"inline"[..], 3_000usize), (b"spilled", 200_000)] {
+        let v = big(7, len);
+        c.set(key, &v, 0, 0).unwrap();
+        let mut out = Vec::new();
+        let got = c.get_with(key, |e| {
+            out.clear();
+            e.write_to(&mut out).unwrap();
+            out.len()
+        });
+        assert_eq!(got.unwrap(), Some(len));
+        assert!(out == v, "write_to of {len} bytes differs");
+    }
+    // A changed file fails through write_to too: a miss, counted.
+    let f = only_file(&path);
+    let mut other = big(7, 200_000);
+    other[199_999] ^= 1;
+    std::thread::sleep(Duration::from_millis(5));
+    std::fs::write(&f, &other).unwrap();
+    let got = c.get_with(b"spilled", |e| {
+        let mut out = Vec::new();
+        e.write_to(&mut out).unwrap();
+        out
+    });
+    assert!(got.unwrap().is_none());
+    assert_eq!(c.stats().unwrap().spill_refused, 1);
+}
