@@ -38,7 +38,15 @@ def test_a_short_fault_run_keeps_the_invariant(l2: str, tmp_path: Path) -> None:
     )
     assert report.operations > 0
     assert sum(report.faults.values()) >= 2  # a cluster or sentinel restart takes seconds
-    assert report.violations == 0, report.render()
+    if sentinel:
+        # A failover promotes a replica that may lack the last writes the old
+        # primary acknowledged (Redis replicates asynchronously): L2 goes back
+        # in time and no invalidation can say so, so L1 copies of those writes
+        # may still disagree after the settle. l1_ttl is the bound that holds
+        # in every failure case (docs/scaling-out.md).
+        assert report.violations_after_l1_ttl == 0, report.render()
+    else:
+        assert report.violations == 0, report.render()
 
 
 def test_the_cli_rejects_unknown_fault_kinds(capsys: pytest.CaptureFixture[str]) -> None:

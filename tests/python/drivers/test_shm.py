@@ -39,10 +39,15 @@ def test_two_drivers_on_one_file_share_entries(tmp_path: Path) -> None:
 
 
 def test_max_value_size_is_the_engine_limit(tmp_path: Path) -> None:
-    with ShmDriver(path=tmp_path / "c", size="1MiB") as driver:
-        assert driver.max_value_size == driver.cache.max_entry_size - 32
-        driver.set("k", b"x" * (driver.max_value_size - 1))
-        assert len(driver.get("k")) == driver.max_value_size - 1
+    # With spilling, the limit is the spill budget; without, one entry.
+    with ShmDriver(path=tmp_path / "s", size="1MiB", spill_budget="3MiB") as driver:
+        assert driver.max_value_size == driver.cache.max_value_size == 3 << 20
+        driver.set("k", b"x" * driver.max_value_size)
+        assert len(driver.get("k")) == driver.max_value_size
+    with ShmDriver(path=tmp_path / "c", size="1MiB", spill_budget=0) as driver:
+        assert driver.max_value_size == driver.cache.max_entry_size - 40
+        driver.set("k", b"x" * driver.max_value_size)
+        assert len(driver.get("k")) == driver.max_value_size
 
 
 def test_bound_get_is_the_caches_get(tmp_path: Path) -> None:
