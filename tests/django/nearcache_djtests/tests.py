@@ -311,19 +311,27 @@ if "nearcache" in SUITES:
                 NearCache(location("nc"), {"OPTIONS": {"size": "lots"}})
 
         def test_value_too_large(self) -> None:
-            """A value over the entry limit is not stored and the stale one is removed."""
-            big = b"x" * (cache.cache.max_entry_size + 1)
-            cache.set("big", "old")
+            """A value larger than one entry is kept in a file beside the cache;
+            one over the spill budget is not stored and the stale one is removed."""
+            from nearcache.contrib.django import NearCache
+
+            large = b"y" * (cache.cache.max_entry_size + 1)
+            cache.set("large", large)
+            self.assertEqual(cache.get("large"), large)
+            small_budget = NearCache(location("nc-budget"), {"OPTIONS": {"spill_budget": "2MiB"}})
+            big = b"x" * (small_budget.cache.max_value_size + 1)
+            small_budget.set("big", "old")
             with self.assertLogs("nearcache.contrib.django", "WARNING"):
-                cache.set("big", big)
-            self.assertIsNone(cache.get("big"))
+                small_budget.set("big", big)
+            self.assertIsNone(small_budget.get("big"))
             with self.assertLogs("nearcache.contrib.django", "WARNING"):
-                failed = cache.set_many({"small": 1, "big": big})
+                failed = small_budget.set_many({"small": 1, "big": big})
             self.assertEqual(failed, ["big"])
-            self.assertEqual(cache.get("small"), 1)
+            self.assertEqual(small_budget.get("small"), 1)
             with self.assertLogs("nearcache.contrib.django", "WARNING"):
-                self.assertIs(cache.add("big2", big), False)
-            self.assertIs(cache.has_key("big2"), False)
+                self.assertIs(small_budget.add("big2", big), False)
+            self.assertIs(small_budget.has_key("big2"), False)
+            small_budget.clear()
 
         def test_long_key(self) -> None:
             """Keys longer than LONG_KEY characters work (with Django's warning)."""
