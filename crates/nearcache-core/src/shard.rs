@@ -225,6 +225,11 @@ impl EntryRef<'_> {
     pub fn is_empty(&self) -> bool {
         self.val_len == 0
     }
+    /// Whether the value is read from a spilled file (see `spill.rs`)
+    /// rather than from shared memory.
+    pub fn is_spilled(&self) -> bool {
+        matches!(self.src, Src::Spilled(_))
+    }
     /// The entry's flags word.
     pub fn flags(&self) -> u32 {
         self.flags

@@ -274,16 +274,18 @@ fn encode_native(value: &Bound<'_, PyAny>) -> PyResult<(Vec<u8>, u32)> {
 /// A raw hit: the value and its flags.
 type RawHit<'py> = (Bound<'py, PyBytes>, u32);
 
-/// Values at least this long are written into their `bytes` object in
-/// chunks rather than into a zeroed buffer: one pass over the value's
-/// memory instead of two (measured: `benchmarks/results/value-sizes.md`).
+/// Values at least this long in shared memory are written into their
+/// `bytes` object in chunks rather than into a zeroed buffer: one pass over
+/// the value's memory instead of two. A spilled value is read with one
+/// `pread` into the zeroed buffer instead: one system call beats a chunked
+/// copy there (both measured: `benchmarks/results/value-sizes.md`).
 const CHUNKED_COPY: usize = 64 * 1024;
 
 /// A new `bytes` holding the entry's value, copied straight from the
 /// mapping or its spilled file (a `bytes` object cannot start the garbage
 /// collector).
 fn value_bytes<'py>(py: Python<'py>, e: &EntryRef<'_>) -> PyResult<Bound<'py, PyBytes>> {
-    if e.len() >= CHUNKED_COPY {
+    if e.len() >= CHUNKED_COPY && !e.is_spilled() {
         return PyBytes::new_with_writer(py, e.len(), |w| Ok(e.write_to(w)?));
     }
     PyBytes::new_with(py, e.len(), |buf| {
