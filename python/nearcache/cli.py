@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the benchmark studies against nearcache and its peers",
         description=(
             "Rerun the seed benchmark studies side by side with every peer that is installed. "
-            "With no arguments: every workload, no servers, no network, a few minutes."
+            "With no arguments: every workload, no servers, no network, 10-15 minutes on 2 cores."
         ),
     )
     bench.add_argument("workloads", nargs="*", metavar="WORKLOAD", help="workloads to run (all)")
