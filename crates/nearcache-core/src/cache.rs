@@ -46,6 +46,18 @@ enum Hit<R> {
     Spilled(SpilledHit),
 }
 
+impl<R> Hit<R> {
+    /// The reference of a spilled `e`, or what `f` makes of an inline one.
+    #[inline]
+    fn of(e: EntryRef<'_>, f: impl FnOnce(EntryRef<'_>) -> R) -> Self {
+        if e.flags() & FLAG_SPILLED != 0 {
+            Hit::Spilled(SpilledHit::of(&e))
+        } else {
+            Hit::Value(f(e))
+        }
+    }
+}
+
 /// A spilled entry as the index showed it.
 #[derive(Clone, Copy)]
 struct SpilledHit {
@@ -400,13 +412,7 @@ impl Cache {
         let (shard, h) = self.route(key)?;
         for _ in 0..SPILL_READ_TRIES {
             let mut now = Now::new();
-            let mut intercept = |e: EntryRef<'_>| {
-                if e.flags() & FLAG_SPILLED != 0 {
-                    Hit::Spilled(SpilledHit::of(&e))
-                } else {
-                    Hit::Value(f(e))
-                }
-            };
+            let mut intercept = |e: EntryRef<'_>| Hit::of(e, &mut f);
             let hit = match shard.get_optimistic(key, h, &mut now, &mut intercept) {
                 Some(hit) => hit,
                 None => {
@@ -442,11 +448,7 @@ impl Cache {
         for _ in 0..SPILL_READ_TRIES {
             let Some(g) = self.lock_for_read(shard)? else { return Ok(None) };
             let hit = g.get(key, h, &mut Now::new(), |e| {
-                if e.flags() & FLAG_SPILLED != 0 {
-                    Hit::Spilled(SpilledHit::of(&e))
-                } else {
-                    Hit::Value((f.take().expect("called once"))(e))
-                }
+                Hit::of(e, |e| (f.take().expect("called once"))(e))
             });
             drop(g);
             self.reap();
@@ -819,13 +821,8 @@ impl Cache {
         let (shard, h) = self.route(key)?;
         let g = self.lock_for_write(shard)?;
         let mut f = Some(f);
-        let hit = g.pop(key, h, &mut Now::new(), |e| {
-            if e.flags() & FLAG_SPILLED != 0 {
-                Hit::Spilled(SpilledHit::of(&e))
-            } else {
-                Hit::Value((f.take().expect("called once"))(e))
-            }
-        });
+        let hit =
+            g.pop(key, h, &mut Now::new(), |e| Hit::of(e, |e| (f.take().expect("called once"))(e)));
         drop(g);
         // The file of a popped spilled value is read before it is removed.
         let out = match hit {
