@@ -475,46 +475,45 @@ impl Cache {
         s: SpilledHit,
         f: &mut impl FnMut(EntryRef<'_>) -> R,
     ) -> SpillRead<R> {
-        let Some(r) = s.r else {
-            self.refuse_spilled(key, None);
-            return SpillRead::Miss;
-        };
-        let dir = match self.spill_dir(false) {
-            Ok(Some(dir)) => dir,
-            // No directory at all: the value cannot be there.
-            Ok(None) | Err(_) => {
-                self.refuse_spilled(key, Some(&r));
-                return SpillRead::Miss;
-            }
-        };
-        match dir.open_value(&r) {
-            Ok(file) => {
-                let out = f(EntryRef::spilled(&file, s.flags, s.expires_ms));
-                if file.failed() {
-                    self.refuse_spilled(key, Some(&r));
-                    SpillRead::Miss
-                } else {
-                    SpillRead::Got(out)
-                }
-            }
-            Err(Refusal::Missing) => {
-                // Replaced or removed since the index was read (the entry
-                // leaves the index before its file goes): read the index
-                // again. If it still names this file, the file was removed
-                // behind the cache's back.
-                let still = self.peek_spill_ref(key).is_some_and(|now| now == r);
-                if still {
-                    self.refuse_spilled(key, Some(&r));
-                    SpillRead::Miss
-                } else {
-                    SpillRead::Again
-                }
-            }
-            Err(Refusal::Bad(_)) => {
-                self.refuse_spilled(key, Some(&r));
+        match self.read_spilled(&s, f) {
+            Ok(out) => SpillRead::Got(out),
+            // Replaced or removed since the index was read (the entry
+            // leaves the index before its file goes): read the index again.
+            // If it still names this file, the file was removed behind the
+            // cache's back.
+            Err(Refusal::Missing) if self.peek_spill_ref(key) != s.r => SpillRead::Again,
+            Err(_) => {
+                self.refuse_spilled(key, s.r.as_ref());
                 SpillRead::Miss
             }
         }
+    }
+
+    /// Open the file of the spilled value `s` and read it through `f`:
+    /// `f`'s result, or why the file was not served.
+    fn read_spilled<R>(
+        &self,
+        s: &SpilledHit,
+        f: impl FnOnce(EntryRef<'_>) -> R,
+    ) -> std::result::Result<R, Refusal> {
+        let r = s.r.ok_or(Refusal::Bad("not a reference"))?;
+        let dir = match self.spill_dir(false) {
+            Ok(Some(dir)) => dir,
+            // No directory at all: the value cannot be there.
+            Ok(None) | Err(_) => return Err(Refusal::Bad("no spill directory")),
+        };
+        let file = dir.open_value(&r)?;
+        let out = f(EntryRef::spilled(&file, s.flags, s.expires_ms));
+        if file.failed() {
+            Err(Refusal::Bad("read or checksum"))
+        } else {
+            Ok(out)
+        }
+    }
+
+    /// Count a spilled value that was not served.
+    fn count_refused(&self) {
+        header_word(&self.map, fh::SPILL_REFUSED).fetch_add(1, Ordering::Relaxed);
     }
 
     /// The spill reference `key` names now, if its value is spilled.
@@ -524,14 +523,7 @@ impl Cache {
         // A look, not a read: `contains` semantics would skip the hit
         // count, but the lookup below counts one; that is acceptable for
         // this rare path.
-        g.get(key, h, &mut Now::new(), |e| {
-            if e.flags() & FLAG_SPILLED != 0 {
-                e.spill_ref()
-            } else {
-                None
-            }
-        })
-        .flatten()
+        g.get(key, h, &mut Now::new(), |e| e.spill_ref()).flatten()
     }
 
     /// A spilled value failed its checks (or its file is gone): count it and
@@ -539,7 +531,7 @@ impl Cache {
     /// were not a reference at all).
     #[cold]
     fn refuse_spilled(&self, key: &[u8], r: Option<&SpillRef>) {
-        header_word(&self.map, fh::SPILL_REFUSED).fetch_add(1, Ordering::Relaxed);
+        self.count_refused();
         let Ok((shard, h)) = self.route(key) else { return };
         let Ok(g) = self.lock_for_write(shard) else { return };
         let mut now = Now::new();
@@ -591,7 +583,7 @@ impl Cache {
         let (shard, h) = self.route(key)?;
         Self::check_flags(flags)?;
         if self.spills(key, value.len()) {
-            return self.store_spilled(key, value, flags, ttl_ms, mode);
+            return self.store_spilled((shard, h), key, value, flags, ttl_ms, mode);
         }
         self.check_fits(key, value.len())?;
         let mut now = Now::new();
@@ -606,6 +598,7 @@ impl Cache {
     /// Write `value` to a file, then publish an entry naming it.
     fn store_spilled(
         &self,
+        (shard, h): (&Shard, u64),
         key: &[u8],
         value: &[u8],
         flags: u32,
@@ -613,7 +606,6 @@ impl Cache {
         mode: SetMode,
     ) -> Result<bool> {
         self.check_storable(key, value.len())?;
-        let (shard, h) = self.route(key)?;
         // Cheap early answer for add/replace (the decision that counts is
         // made again under the lock).
         match mode {
@@ -828,27 +820,13 @@ impl Cache {
         let out = match hit {
             None => None,
             Some(Hit::Value(r)) => Some(r),
-            Some(Hit::Spilled(s)) => {
-                let dir = self.spill_dir(false).ok().flatten();
-                let file = s.r.zip(dir).and_then(|(r, dir)| dir.open_value(&r).ok());
-                match file {
-                    Some(file) => {
-                        let out =
-                            f.take().map(|f| f(EntryRef::spilled(&file, s.flags, s.expires_ms)));
-                        if file.failed() {
-                            header_word(&self.map, fh::SPILL_REFUSED)
-                                .fetch_add(1, Ordering::Relaxed);
-                            None
-                        } else {
-                            out
-                        }
-                    }
-                    None => {
-                        header_word(&self.map, fh::SPILL_REFUSED).fetch_add(1, Ordering::Relaxed);
-                        None
-                    }
+            Some(Hit::Spilled(s)) => match self.read_spilled(&s, |e| f.take().map(|f| f(e))) {
+                Ok(out) => out,
+                Err(_) => {
+                    self.count_refused();
+                    None
                 }
-            }
+            },
         };
         self.reap();
         Ok(out)

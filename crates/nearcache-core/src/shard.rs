@@ -204,10 +204,10 @@ impl<'g> EntryRef<'g> {
         EntryRef { src: Src::Spilled(file), val_len: file.len(), flags, expires_ms }
     }
 
-    /// The reference of a spilled entry (flags has `FLAG_SPILLED`), as
-    /// read from the arena; None if the bytes are not a reference.
+    /// The reference of a spilled entry, as read from the arena; None for
+    /// an inline entry or bytes that are not a reference.
     pub(crate) fn spill_ref(&self) -> Option<SpillRef> {
-        if self.val_len != REF_LEN {
+        if self.flags & FLAG_SPILLED == 0 || self.val_len != REF_LEN {
             return None;
         }
         let mut b = [0u8; REF_LEN];

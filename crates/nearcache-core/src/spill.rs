@@ -160,12 +160,20 @@ impl ValueFile<'_> {
             self.failed.set(true);
             return;
         }
-        if let Some((verified, key, identity)) = &self.verify {
-            if xxh3_64(dst) == self.sum {
-                verified.insert(*key, *identity);
-            } else {
-                self.failed.set(true);
-            }
+        if self.verify.is_some() {
+            self.settle(xxh3_64(dst));
+        }
+    }
+
+    /// After a copy that had to be verified: record the file as verified if
+    /// the copy read whole and hashed to the reference's checksum, else mark
+    /// the copy failed.
+    fn settle(&self, digest: u64) {
+        let Some((verified, key, identity)) = &self.verify else { return };
+        if !self.failed.get() && digest == self.sum {
+            verified.insert(*key, *identity);
+        } else {
+            self.failed.set(true);
         }
     }
     /// Write the value to `w` through a buffer, checking it as
@@ -188,12 +196,8 @@ impl ValueFile<'_> {
             w.write_all(&buf[..n])?;
             done += n;
         }
-        if let (Some(h), Some((verified, key, identity))) = (hasher, &self.verify) {
-            if !self.failed.get() && h.digest() == self.sum {
-                verified.insert(*key, *identity);
-            } else {
-                self.failed.set(true);
-            }
+        if let Some(h) = hasher {
+            self.settle(h.digest());
         }
         Ok(())
     }
