@@ -58,7 +58,7 @@
 //! sharing with `allow_foreign_owner`.
 
 use crate::error::{Error, Result};
-use crate::layout::{fh, Geometry, HEADER_SIZE};
+use crate::layout::{fh, header_is_lazy, Geometry, HEADER_SIZE};
 use crate::registry::FileId;
 use std::ffi::CString;
 use std::fs::File;
@@ -533,7 +533,7 @@ fn read_header(file: &File, len: u64) -> Result<(Geometry, bool)> {
     if buf[fh::READY] == 0 {
         return Err(Error::Corrupt("file was never fully initialised".into()));
     }
-    Ok((Geometry::read_header(&buf, len)?, buf[fh::LAZY] == 1))
+    Ok((Geometry::read_header(&buf, len)?, header_is_lazy(&buf)))
 }
 
 /// Reserve `len` bytes of the file from `off` (`fallocate`, mode 0: the
@@ -900,8 +900,7 @@ fn create(
     let mut m = Mapping::new(file, ptr, *geo, lazy, (md.dev(), md.ino()));
     ofd_lock(fd, libc::F_WRLCK, false).map_err(|e| cleanup(Error::io("OFD lock new file", e)))?;
     let mut header = vec![0u8; HEADER_SIZE];
-    geo.write_header(&mut header, crate::shard::now_ms());
-    header[fh::LAZY] = lazy as u8;
+    geo.write_header(&mut header, crate::shard::now_ms(), lazy);
     // The creator is attached, alone.
     header[fh::ATTACHED..fh::ATTACHED + 4].copy_from_slice(&1u32.to_ne_bytes());
     // SAFETY: the mapping is at least HEADER_SIZE bytes and not yet shared.

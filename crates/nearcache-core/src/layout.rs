@@ -76,7 +76,9 @@ pub mod fh {
     pub const SLOTS: usize = 40;
     pub const TOTAL_SIZE: usize = 48;
     pub const CREATED_MS: usize = 56;
-    /// xxh3 of bytes [0, CHECKSUM): the immutable fields above.
+    /// xxh3 of bytes [0, CHECKSUM): the immutable fields above, and of the
+    /// LAZY byte below, which is also written once, at creation (see
+    /// `header_checksum`).
     pub const CHECKSUM: usize = 64;
     /// 1 once the creator finished initialising every shard.
     pub const READY: usize = 72;
@@ -321,8 +323,9 @@ impl Geometry {
             .ok_or_else(|| Error::Corrupt("file size overflows".into()))
     }
 
-    /// Serialise the immutable header fields into `buf` (HEADER_SIZE bytes).
-    pub fn write_header(&self, buf: &mut [u8], created_ms: u64) {
+    /// Serialise the immutable header fields into `buf` (HEADER_SIZE bytes):
+    /// the geometry, and whether the file's shards reserve space lazily.
+    pub fn write_header(&self, buf: &mut [u8], created_ms: u64, lazy: bool) {
         buf[..HEADER_SIZE].fill(0);
         buf[fh::MAGIC..fh::MAGIC + 8].copy_from_slice(&MAGIC);
         put_u32(buf, fh::VERSION, LAYOUT_VERSION);
@@ -334,8 +337,8 @@ impl Geometry {
         put_u64(buf, fh::SLOTS, self.slots_per_shard as u64);
         put_u64(buf, fh::TOTAL_SIZE, self.total_size() as u64);
         put_u64(buf, fh::CREATED_MS, created_ms);
-        let sum = xxhash_rust::xxh3::xxh3_64(&buf[..fh::FIXED_END]);
-        put_u64(buf, fh::CHECKSUM, sum);
+        buf[fh::LAZY] = lazy as u8;
+        put_u64(buf, fh::CHECKSUM, header_checksum(buf));
     }
 
     /// Parse and validate a file header read from a file of `file_len` bytes.
@@ -354,8 +357,10 @@ impl Geometry {
                 "layout version {version}, this build reads version {LAYOUT_VERSION}"
             )));
         }
-        let sum = xxhash_rust::xxh3::xxh3_64(&buf[..fh::FIXED_END]);
-        if sum != get_u64(buf, fh::CHECKSUM) {
+        if buf[fh::LAZY] > 1 {
+            return Err(Error::Corrupt(format!("lazy flag {} is neither 0 nor 1", buf[fh::LAZY])));
+        }
+        if header_checksum(buf) != get_u64(buf, fh::CHECKSUM) {
             return Err(Error::Corrupt("header checksum mismatch".into()));
         }
         let hash_id = get_u32(buf, fh::HASH_ID);
@@ -385,6 +390,27 @@ impl Geometry {
             )));
         }
         Ok(g)
+    }
+}
+
+/// Whether a header (validated by `read_header`) describes a lazily
+/// reserved file.
+pub fn header_is_lazy(buf: &[u8]) -> bool {
+    buf[fh::LAZY] == 1
+}
+
+/// The header checksum: xxh3 of the fixed fields, seeded differently for a
+/// lazy file so that the LAZY byte, which lies outside the fixed fields, is
+/// covered too (a flipped flag would make every shard header look damaged).
+/// Files written before lazy reservation existed have LAZY = 0 and the
+/// unseeded sum, so they still verify.
+fn header_checksum(buf: &[u8]) -> u64 {
+    const LAZY_SEED: u64 = 0x6c61_7a79; // "lazy"
+    let fixed = &buf[..fh::FIXED_END];
+    if buf[fh::LAZY] == 1 {
+        xxhash_rust::xxh3::xxh3_64_with_seed(fixed, LAZY_SEED)
+    } else {
+        xxhash_rust::xxh3::xxh3_64(fixed)
     }
 }
 
@@ -460,13 +486,19 @@ mod tests {
     fn header_round_trip_and_corruption() {
         let g = Geometry::for_size(8 << 20, 4).unwrap();
         let mut buf = vec![0u8; HEADER_SIZE];
-        g.write_header(&mut buf, 123);
-        assert_eq!(Geometry::read_header(&buf, g.total_size() as u64).unwrap(), g);
-        assert!(Geometry::read_header(&buf, g.total_size() as u64 - 1).is_err());
-        for i in 0..fh::CHECKSUM + 8 {
-            let mut b = buf.clone();
-            b[i] ^= 0x40;
-            assert!(Geometry::read_header(&b, g.total_size() as u64).is_err(), "byte {i}");
+        for lazy in [false, true] {
+            g.write_header(&mut buf, 123, lazy);
+            assert_eq!(Geometry::read_header(&buf, g.total_size() as u64).unwrap(), g);
+            assert_eq!(header_is_lazy(&buf), lazy);
+            assert!(Geometry::read_header(&buf, g.total_size() as u64 - 1).is_err());
+            for i in (0..fh::CHECKSUM + 8).chain([fh::LAZY]) {
+                for flip in [0x01, 0x40] {
+                    let mut b = buf.clone();
+                    b[i] ^= flip;
+                    let r = Geometry::read_header(&b, g.total_size() as u64);
+                    assert!(r.is_err(), "byte {i} ^ {flip:#x}");
+                }
+            }
         }
     }
 }

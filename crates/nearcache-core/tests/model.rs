@@ -166,7 +166,7 @@ fn run_with(ops: &[Op], options: nearcache_core::OpenOptions, may_evict: bool) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: proptest_cases(96), ..ProptestConfig::default() })]
 
     #[test]
     fn matches_model_without_eviction(ops in proptest::collection::vec(op(), 1..400)) {

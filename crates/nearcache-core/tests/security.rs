@@ -165,7 +165,7 @@ fn scramble_and_use(patches: &[(usize, Vec<u8>)], ops: &[(u8, u8)]) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: proptest_cases(128), ..ProptestConfig::default() })]
     #[test]
     fn corrupt_shards_never_crash(
         patches in proptest::collection::vec((any::<usize>(), proptest::collection::vec(any::<u8>(), 1..64)), 1..8),
@@ -173,22 +173,43 @@ proptest! {
     ) {
         scramble_and_use(&patches, &ops);
     }
+}
 
-    #[test]
-    fn corrupt_headers_are_errors(pos in 0usize..96, byte in any::<u8>()) {
-        let d = TempDir::new("hdr");
-        drop(open(&d, "c", 1 << 20, 2));
-        use std::os::unix::fs::FileExt;
-        let f = std::fs::OpenOptions::new().read(true).write(true).open(d.file("c")).unwrap();
-        let mut old = [0u8];
-        f.read_exact_at(&mut old, pos as u64).unwrap();
-        f.write_all_at(&[byte], pos as u64).unwrap();
-        let r = Cache::open(d.file("c"), &OpenOptions { size: None, ..OpenOptions::default() });
-        // Either the byte was not a checked one (same value, or a mutable
-        // field like READY/CLEAN_SHUTDOWN), or opening fails cleanly.
-        if let Ok(c) = r {
-            c.set(b"k", b"v", 0, 0).unwrap();
-            c.check().unwrap();
+/// Every byte of the file header's fields, changed in four ways, in a
+/// preallocated file (on disk) and in a lazy one (on tmpfs, when there is
+/// one): opening fails cleanly, or the byte was not a checked one (a
+/// counter, the clean-shutdown state) and the cache works and checks clean.
+#[test]
+fn corrupt_headers_are_errors() {
+    use nearcache_core::layout::fh;
+    use std::os::unix::fs::FileExt;
+    let shm = std::path::Path::new("/dev/shm");
+    let roots: Vec<TempDir> = std::iter::once(TempDir::new("hdr"))
+        .chain(shm.is_dir().then(|| TempDir::in_dir(shm, "hdr")))
+        .collect();
+    for d in &roots {
+        for pos in 0..fh::FIELDS_END {
+            for change in [|b: u8| b ^ 1, |b: u8| b ^ 0x80, |_: u8| 0, |_: u8| 0xff] {
+                let _ = std::fs::remove_file(d.file("c"));
+                drop(open(d, "c", 1 << 20, 2));
+                let f =
+                    std::fs::OpenOptions::new().read(true).write(true).open(d.file("c")).unwrap();
+                let mut old = [0u8];
+                f.read_exact_at(&mut old, pos as u64).unwrap();
+                f.write_all_at(&[change(old[0])], pos as u64).unwrap();
+                let r =
+                    Cache::open(d.file("c"), &OpenOptions { size: None, ..OpenOptions::default() });
+                let what =
+                    format!("{}: byte {pos} {:#x} -> {:#x}", d.0.display(), old[0], change(old[0]));
+                match r {
+                    Ok(c) => {
+                        c.set(b"k", b"v", 0, 0).unwrap_or_else(|e| panic!("{what}: set: {e:?}"));
+                        c.check().unwrap_or_else(|e| panic!("{what}: check: {e:?}"));
+                    }
+                    Err(Error::Corrupt(_) | Error::Incompatible(_)) => {}
+                    Err(e) => panic!("{what}: {e:?}"),
+                }
+            }
         }
     }
 }

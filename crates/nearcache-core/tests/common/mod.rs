@@ -9,9 +9,14 @@ pub struct TempDir(pub PathBuf);
 
 impl TempDir {
     pub fn new(tag: &str) -> TempDir {
+        TempDir::in_dir(&std::env::temp_dir(), tag)
+    }
+    /// A fresh private directory under `parent` (e.g. /dev/shm, for tmpfs).
+    #[allow(dead_code)]
+    pub fn in_dir(parent: &std::path::Path, tag: &str) -> TempDir {
         let nanos =
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
-        let p = std::env::temp_dir().join(format!("nc-test-{tag}-{}-{nanos}", std::process::id()));
+        let p = parent.join(format!("nc-test-{tag}-{}-{nanos}", std::process::id()));
         std::fs::create_dir_all(&p).unwrap();
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o700)).unwrap();
@@ -68,4 +73,11 @@ pub fn verify_value(key: &[u8], v: &[u8]) {
     assert_eq!(fnv1a(body), u64::from_le_bytes(sum.try_into().unwrap()), "torn value for {key:?}");
     let kl = u32::from_le_bytes(body[..4].try_into().unwrap()) as usize;
     assert_eq!(&body[4..4 + kl], key, "value of another key returned");
+}
+
+/// Property-test cases: `PROPTEST_CASES` when set (the fuzz smoke run and
+/// longer local runs raise it), else `default`.
+#[allow(dead_code)]
+pub fn proptest_cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
