@@ -217,6 +217,7 @@ class Django8proc(Workload):
             entry_bytes=key_len + VALUE_BYTES,
             key_bytes=key_len,
             value_bytes=VALUE_BYTES,
+            key_space=keys,
         )
 
     def prepare(self) -> None:
