@@ -18,7 +18,7 @@ from nearcache.bench.backends import (
     register,
 )
 from nearcache.bench.backends.base import format_bytes
-from nearcache.bench.backends.ours import calibration_key, held_entries
+from nearcache.bench.backends.ours import calibrate_size, calibration_key, held_entries
 
 NO_SERVER = [b.name for b in all_backends() if b.server is None]
 WITH_SERVER = [b.name for b in all_backends() if b.server is not None]
@@ -165,6 +165,20 @@ def test_held_entries_sees_the_sawtooth(tmp_path: Path) -> None:
     assert large[0] > small[0] and large[2] > 1000
     assert held_entries(native, path, 1, 8, b"v" * 40, 1000) == (0.0, 0, 0)  # cannot create
     assert not Path(path).exists()
+
+
+def test_calibration_replays_sets_that_rewrite_a_key_space(tmp_path: Path) -> None:
+    native = pytest.importorskip("nearcache._native")
+    path = str(tmp_path / "held")
+    size = 128 * 1024
+    new_keys = held_entries(native, path, size, 8, b"v" * 40, 1000)
+    rewrites = held_entries(native, path, size, 8, b"v" * 40, 1000, key_space=1100)
+    # Rewritten keys leave dead copies until a compaction: the same file holds fewer.
+    assert rewrites[0] < new_keys[0]
+    sized = calibrate_size(tmp_path, 1000, 8, 40, key_space=1100)
+    assert sized > calibrate_size(tmp_path, 1000, 8, 40)
+    held = held_entries(native, path, sized, 8, b"v" * 40, 1000, key_space=1100)[0]
+    assert 1000 <= held <= 1050  # holds what the label says, within 5%
 
 
 def test_register_rejects_duplicates() -> None:
