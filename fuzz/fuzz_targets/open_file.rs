@@ -31,7 +31,7 @@ fn put(buf: &mut [u8], off: usize, bytes: &[u8]) {
 }
 
 fn fix_checksum(header: &mut [u8]) {
-    let sum = xxhash_rust::xxh3::xxh3_64(&header[..fh::FIXED_END]);
+    let sum = nearcache_core::layout::header_checksum(header);
     put(header, fh::CHECKSUM, &sum.to_ne_bytes());
 }
 
@@ -104,6 +104,8 @@ fn build_file(input: &mut Input<'_>, path: &std::path::Path) -> Option<()> {
                 .unwrap_or(u64::MAX);
             let total_field = if input.u8() == 0 { input.u64() } else { total };
             put(&mut header, fh::TOTAL_SIZE, &total_field.to_ne_bytes());
+            // Lazy or preallocated (or neither: refused).
+            header[fh::LAZY] = input.u8() % 3;
             fix_checksum(&mut header);
             header[fh::READY] = input.u8() | 1;
             let len = if input.u8() == 0 { input.u32() as u64 } else { total };

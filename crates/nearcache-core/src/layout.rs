@@ -30,7 +30,7 @@ pub const FLAG_SPILLED: u32 = 1 << 31;
 pub const MAGIC: [u8; 8] = *b"NEARCACH";
 /// Bumped whenever the layout changes incompatibly. Version 2: the shard
 /// lock is the engine's futex word (see `lock.rs`), not a pthread mutex.
-pub const LAYOUT_VERSION: u32 = 2;
+pub const LAYOUT_VERSION: u32 = 3;
 /// Size of the file header; shards start here, page-aligned.
 pub const HEADER_SIZE: usize = 4096;
 /// Shard sizes are multiples of this.
@@ -76,9 +76,8 @@ pub mod fh {
     pub const SLOTS: usize = 40;
     pub const TOTAL_SIZE: usize = 48;
     pub const CREATED_MS: usize = 56;
-    /// xxh3 of bytes [0, CHECKSUM): the immutable fields above, and of the
-    /// LAZY byte below, which is also written once, at creation (see
-    /// `header_checksum`).
+    /// xxh3 of bytes [0, CHECKSUM), the immutable fields above, and of the
+    /// LAZY word below, also written once, at creation (`header_checksum`).
     pub const CHECKSUM: usize = 64;
     /// 1 once the creator finished initialising every shard.
     pub const READY: usize = 72;
@@ -399,19 +398,15 @@ pub fn header_is_lazy(buf: &[u8]) -> bool {
     buf[fh::LAZY] == 1
 }
 
-/// The header checksum: xxh3 of the fixed fields, seeded differently for a
-/// lazy file so that the LAZY byte, which lies outside the fixed fields, is
-/// covered too (a flipped flag would make every shard header look damaged).
-/// Files written before lazy reservation existed have LAZY = 0 and the
-/// unseeded sum, so they still verify.
-fn header_checksum(buf: &[u8]) -> u64 {
-    const LAZY_SEED: u64 = 0x6c61_7a79; // "lazy"
-    let fixed = &buf[..fh::FIXED_END];
-    if buf[fh::LAZY] == 1 {
-        xxhash_rust::xxh3::xxh3_64_with_seed(fixed, LAZY_SEED)
-    } else {
-        xxhash_rust::xxh3::xxh3_64(fixed)
-    }
+/// The header checksum: xxh3 of the fixed fields and of the LAZY word,
+/// which is also written once, at creation, but lies outside the fixed
+/// fields (a flipped flag would make every shard header look damaged).
+/// Layout version 3: version 2 summed the fixed fields only.
+pub fn header_checksum(buf: &[u8]) -> u64 {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    h.update(&buf[..fh::FIXED_END]);
+    h.update(&buf[fh::LAZY..fh::LAZY + 8]);
+    h.digest()
 }
 
 fn prev_power_of_two(n: usize) -> usize {
