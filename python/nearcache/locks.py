@@ -37,9 +37,10 @@ import os
 import random
 import secrets
 import time
+from collections.abc import Iterator
 from datetime import timedelta
 from types import TracebackType
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, ClassVar, Final
 
 from nearcache.errors import ConfigurationError, LockNotOwnedError, LockTimeoutError
 from nearcache.units import Duration, parse_duration
@@ -64,30 +65,35 @@ def _timeout_seconds(timeout: float | timedelta | None) -> float | None:
     return seconds
 
 
-class Lock:
-    """A named lock shared by every process using ``cache``.
+def _backoff(
+    first: float, factor: float, most: float, deadline: float | None = None
+) -> Iterator[float]:
+    """The pauses of a poll: ``first`` seconds, growing by ``factor`` up to
+    ``most``, each jittered (so that waiters do not poll in lockstep) and cut
+    at ``deadline`` (a :func:`time.monotonic` time, where the pauses end)."""
+    delay = first
+    while True:
+        pause = delay * (0.5 + random.random())
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            pause = min(pause, left)
+        yield pause
+        delay = min(delay * factor, most)
 
-    ``timeout`` is how long :meth:`acquire` (and ``with``) waits: ``None``
-    waits as long as it takes, ``0`` tries once.  ``expire`` is the lock's
-    lifetime in the cache (positive; seconds, timedelta or "30s"): after it,
-    a holder that died or hung loses the lock.
 
-    ``with lock:`` raises :class:`~nearcache.LockTimeoutError` when the lock
-    is not acquired in time; ``async with lock:`` does the same without
-    blocking the event loop.
-    """
+class _LockState:
+    """What :class:`Lock` and :class:`nearcache.aio.AsyncLock` share apart from
+    the cache calls: the name and key, the timeout and expiry, the token this
+    object holds, how long it waits, and the errors they raise."""
 
-    def __init__(
-        self,
-        cache: Cache | Driver,
-        name: str,
-        *,
-        timeout: float | timedelta | None = None,
-        expire: Duration = 60.0,
-    ) -> None:
+    #: How the reentry error names the object.
+    _kind: ClassVar[str]
+
+    def __init__(self, name: str, timeout: float | timedelta | None, expire: Duration) -> None:
         if not isinstance(name, str) or not name:
             raise ConfigurationError(f"lock name must be a non-empty str, got {name!r}")
-        self.cache = cache
         self.name = name
         self.key = LOCK_NAMESPACE + name
         self.timeout = _timeout_seconds(timeout)
@@ -100,6 +106,68 @@ class Lock:
         self._token: bytes | None = None
         self._pid = 0
 
+    def _held_token(self) -> bytes | None:
+        """The token, if this object took the lock in this process."""
+        return self._token if self._pid == os.getpid() else None
+
+    def _pauses(self, timeout: float | timedelta | None, blocking: bool = True) -> Iterator[float]:
+        """Start an acquire: refuse reentry, then give the pauses between its
+        tries (1 ms doubling to 50 ms), which end when its timeout does."""
+        if self._held_token() is not None:
+            raise RuntimeError(f"lock {self.name!r} is already held by this {self._kind}")
+        wait = self.timeout if timeout == -1 else _timeout_seconds(timeout)
+        if not blocking:
+            wait = 0.0
+        deadline = None if wait is None else time.monotonic() + wait
+        return _backoff(_FIRST_DELAY, 2, _MAX_DELAY, deadline)
+
+    def _check_owner(self) -> bytes:
+        token = self._token
+        if token is None:
+            raise LockNotOwnedError(f"lock {self.name!r} is not held")
+        if self._pid != os.getpid():
+            raise LockNotOwnedError(f"lock {self.name!r} was acquired by another process")
+        return token
+
+    def _extend_seconds(self, expire: Duration | None) -> float:
+        seconds = self.expire if expire is None else parse_duration(expire)
+        if seconds <= 0:
+            raise ConfigurationError("expire must be positive")
+        return seconds
+
+    def _expired(self) -> LockNotOwnedError:
+        return LockNotOwnedError(f"lock {self.name!r} expired and may be held by another owner")
+
+    def _timed_out(self) -> LockTimeoutError:
+        return LockTimeoutError(f"lock {self.name!r} not acquired within {self.timeout} s")
+
+
+class Lock(_LockState):
+    """A named lock shared by every process using ``cache``.
+
+    ``timeout`` is how long :meth:`acquire` (and ``with``) waits: ``None``
+    waits as long as it takes, ``0`` tries once.  ``expire`` is the lock's
+    lifetime in the cache (positive; seconds, timedelta or "30s"): after it,
+    a holder that died or hung loses the lock.
+
+    ``with lock:`` raises :class:`~nearcache.LockTimeoutError` when the lock
+    is not acquired in time; ``async with lock:`` does the same without
+    blocking the event loop.
+    """
+
+    _kind: ClassVar[str] = "Lock object"
+
+    def __init__(
+        self,
+        cache: Cache | Driver,
+        name: str,
+        *,
+        timeout: float | timedelta | None = None,
+        expire: Duration = 60.0,
+    ) -> None:
+        super().__init__(name, timeout, expire)
+        self.cache = cache
+
     # ------------------------------------------------------------------ acquire
 
     def acquire(self, blocking: bool = True, timeout: float | timedelta | None = -1) -> bool:
@@ -108,37 +176,23 @@ class Lock:
         ``blocking=False`` tries once.  ``timeout`` overrides the lock's
         timeout for this call (``-1``: use it; ``None``: wait forever).
         """
-        if self._token is not None and self._pid == os.getpid():
-            raise RuntimeError(f"lock {self.name!r} is already held by this Lock object")
-        wait = self.timeout if timeout == -1 else _timeout_seconds(timeout)
-        if not blocking:
-            wait = 0.0
-        deadline = None if wait is None else time.monotonic() + wait
-        delay = _FIRST_DELAY
-        while True:
-            if self._try_acquire():
-                return True
-            sleep_for = self._next_sleep(deadline, delay)
-            if sleep_for is None:
+        pauses = self._pauses(timeout, blocking)
+        while not self._try_acquire():
+            pause = next(pauses, None)
+            if pause is None:
                 return False
-            time.sleep(sleep_for)
-            delay = min(delay * 2, _MAX_DELAY)
+            time.sleep(pause)
+        return True
 
     async def acquire_async(self, timeout: float | timedelta | None = -1) -> bool:
         """Like :meth:`acquire`, waiting with :func:`asyncio.sleep`."""
-        if self._token is not None and self._pid == os.getpid():
-            raise RuntimeError(f"lock {self.name!r} is already held by this Lock object")
-        wait = self.timeout if timeout == -1 else _timeout_seconds(timeout)
-        deadline = None if wait is None else time.monotonic() + wait
-        delay = _FIRST_DELAY
-        while True:
-            if self._try_acquire():
-                return True
-            sleep_for = self._next_sleep(deadline, delay)
-            if sleep_for is None:
+        pauses = self._pauses(timeout)
+        while not self._try_acquire():
+            pause = next(pauses, None)
+            if pause is None:
                 return False
-            await asyncio.sleep(sleep_for)
-            delay = min(delay * 2, _MAX_DELAY)
+            await asyncio.sleep(pause)
+        return True
 
     def _try_acquire(self) -> bool:
         token = secrets.token_bytes(16)
@@ -148,25 +202,7 @@ class Lock:
             return True
         return False
 
-    @staticmethod
-    def _next_sleep(deadline: float | None, delay: float) -> float | None:
-        pause = delay * (0.5 + random.random())  # jitter: waiters do not poll in lockstep
-        if deadline is None:
-            return pause
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return None
-        return min(pause, left)
-
     # ------------------------------------------------------------------ release
-
-    def _check_owner(self) -> bytes:
-        token = self._token
-        if token is None:
-            raise LockNotOwnedError(f"lock {self.name!r} is not held")
-        if self._pid != os.getpid():
-            raise LockNotOwnedError(f"lock {self.name!r} was acquired by another process")
-        return token
 
     def release(self) -> None:
         """Free the lock; :class:`~nearcache.LockNotOwnedError` if it is not
@@ -189,18 +225,16 @@ class Lock:
         else:
             released = False
         if not released:
-            raise LockNotOwnedError(f"lock {self.name!r} expired and may be held by another owner")
+            raise self._expired()
 
     def extend(self, expire: Duration | None = None) -> None:
         """Restart the lock's lifetime (``expire`` seconds, default: the
         lock's), for work that runs longer than planned."""
         token = self._check_owner()
-        seconds = self.expire if expire is None else parse_duration(expire)
-        if seconds <= 0:
-            raise ConfigurationError("expire must be positive")
+        seconds = self._extend_seconds(expire)
         if self.cache.get(self.key) != token or not self.cache.touch(self.key, ttl=seconds):
             self._token = None
-            raise LockNotOwnedError(f"lock {self.name!r} expired and may be held by another owner")
+            raise self._expired()
 
     def locked(self) -> bool:
         """Whether anyone holds the lock right now."""
@@ -208,14 +242,14 @@ class Lock:
 
     def owned(self) -> bool:
         """Whether this object holds the lock (and it has not expired)."""
-        token = self._token
-        return token is not None and self._pid == os.getpid() and self.cache.get(self.key) == token
+        token = self._held_token()
+        return token is not None and self.cache.get(self.key) == token
 
     # --------------------------------------------------------- context managers
 
     def __enter__(self) -> Lock:
         if not self.acquire():
-            raise LockTimeoutError(f"lock {self.name!r} not acquired within {self.timeout} s")
+            raise self._timed_out()
         return self
 
     def __exit__(
@@ -228,7 +262,7 @@ class Lock:
 
     async def __aenter__(self) -> Lock:
         if not await self.acquire_async():
-            raise LockTimeoutError(f"lock {self.name!r} not acquired within {self.timeout} s")
+            raise self._timed_out()
         return self
 
     async def __aexit__(

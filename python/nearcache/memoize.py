@@ -111,6 +111,7 @@ True
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime
 import decimal
@@ -127,11 +128,11 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar, cast
 
 from nearcache.errors import ConfigurationError, SerializationError, ValueTooLargeError
-from nearcache.locks import Lock
+from nearcache.locks import Lock, _backoff
 from nearcache.units import Duration, jittered_ttl, parse_duration, ttl_to_ms
 
 if TYPE_CHECKING:
@@ -572,11 +573,37 @@ def _is_async(func: Callable[..., Any]) -> bool:
     return call is not None and inspect.iscoroutinefunction(call)
 
 
+def _waits() -> Iterator[float]:
+    """The pauses of a caller polling for another's result (2 ms growing to
+    50 ms, jittered), for the sync and the async memoize."""
+    return _backoff(_FIRST_DELAY, 1.5, _MAX_DELAY)
+
+
 def _release(lock: Lock) -> None:
     try:
         lock.release()
     except Exception:  # expired meanwhile: nothing to free
         logger.debug("memoize lock %s expired before release", lock.name)
+
+
+def _log_refresh_failure(memo: _Memo[Any]) -> None:
+    """Log the exception being handled: a background refresh of ``memo``'s
+    function failed (for the sync and the async memoize)."""
+    logger.warning(
+        "background refresh of %s failed; the stale value stays", memo.name, exc_info=True
+    )
+
+
+@contextlib.contextmanager
+def _refreshing(memo: _Memo[Any], lock: Lock) -> Iterator[None]:
+    """Around a background refresh: a failure is logged and leaves the stale
+    value in place; the lock is freed either way."""
+    try:
+        yield
+    except Exception:
+        _log_refresh_failure(memo)
+    finally:
+        _release(lock)
 
 
 def _refresh_sync(
@@ -588,18 +615,12 @@ def _refresh_sync(
     kwargs: dict[str, Any],
 ) -> None:
     """Recompute and store one entry, then free its lock (a background thread)."""
-    try:
+    with _refreshing(memo, lock):
         if memo.refreshed_since(key, expires)[0]:
             return  # another process refreshed it between our read and our lock
         start = time.monotonic()
         result = memo.func(*args, **kwargs)
         memo.store(key, result, time.monotonic() - start)
-    except Exception:
-        logger.warning(
-            "background refresh of %s failed; the stale value stays", memo.name, exc_info=True
-        )
-    finally:
-        _release(lock)
 
 
 async def _refresh_async(
@@ -611,18 +632,12 @@ async def _refresh_async(
     kwargs: dict[str, Any],
 ) -> None:
     """Recompute and store one entry, then free its lock (a task on the loop)."""
-    try:
+    with _refreshing(memo, lock):
         if memo.refreshed_since(key, expires)[0]:
             return  # another process refreshed it between our read and our lock
         start = time.monotonic()
         result = await memo.func(*args, **kwargs)
         memo.store(key, result, time.monotonic() - start)
-    except Exception:
-        logger.warning(
-            "background refresh of %s failed; the stale value stays", memo.name, exc_info=True
-        )
-    finally:
-        _release(lock)
 
 
 def _call_sync(memo: _Memo[R], args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
@@ -631,7 +646,7 @@ def _call_sync(memo: _Memo[R], args: tuple[Any, ...], kwargs: dict[str, Any]) ->
     if state == _FRESH:
         return cast(R, value)
     lock = memo.lock(key)
-    delay = _FIRST_DELAY
+    pauses = _waits()
     while True:
         if lock.acquire(blocking=False):
             if memo.background and state != _ABSENT:
@@ -655,8 +670,7 @@ def _call_sync(memo: _Memo[R], args: tuple[Any, ...], kwargs: dict[str, Any]) ->
                 _release(lock)
         if state != _ABSENT:
             return cast(R, value)  # someone else is refreshing: serve what we have
-        time.sleep(delay * (0.5 + random.random()))
-        delay = min(delay * 1.5, _MAX_DELAY)
+        time.sleep(next(pauses))
         state, value, expires = memo.read(key)
         if state != _ABSENT:
             return cast(R, value)
@@ -668,7 +682,7 @@ async def _call_async(memo: _Memo[Any], args: tuple[Any, ...], kwargs: dict[str,
     if state == _FRESH:
         return value
     lock = memo.lock(key)
-    delay = _FIRST_DELAY
+    pauses = _waits()
     while True:
         if lock.acquire(blocking=False):
             if memo.background and state != _ABSENT:
@@ -691,8 +705,7 @@ async def _call_async(memo: _Memo[Any], args: tuple[Any, ...], kwargs: dict[str,
                 _release(lock)
         if state != _ABSENT:
             return value
-        await asyncio.sleep(delay * (0.5 + random.random()))
-        delay = min(delay * 1.5, _MAX_DELAY)
+        await asyncio.sleep(next(pauses))
         state, value, expires = memo.read(key)
         if state != _ABSENT:
             return value
@@ -881,23 +894,17 @@ class _BoundMemoized(functools.partial[Any]):
         return cast(int, self.func.invalidate_all())  # type: ignore[attr-defined]
 
 
-class _MemoizedMethod:
-    """What ``memoize`` returns for a function whose first parameter is ``self``.
+class _MethodDescriptor:
+    """A memoized method (sync or async): checked when its class is created
+    (``__set_name__``, see :func:`check_method_class`), or on first use when
+    it was not defined in a class body, and bound on attribute access."""
 
-    A descriptor: checked when its class is created (``__set_name__``: the
-    class needs ``__cache_key__`` unless ``key=``/``ignore=("self",)`` says
-    how to key), bound on attribute access (:class:`_BoundMemoized`).
-    """
+    memo: _Memo[Any]
+    _owner: type | None
 
-    def __init__(self, wrapper: Callable[..., Any], memo: _Memo[Any]) -> None:
-        self._wrapper = wrapper
-        self.memo = memo
-        self._owner: type | None = None
-        functools.update_wrapper(self, memo.func)
-        helpers: Any = wrapper
-        self.cache_key = helpers.cache_key
-        self.invalidate = helpers.invalidate
-        self.invalidate_all = helpers.invalidate_all
+    def _bind(self, instance: object) -> Any:
+        """The method bound to ``instance``."""
+        raise NotImplementedError
 
     def _check_class(self, cls: type, attribute: str) -> None:
         check_method_class(self.memo, cls, attribute)
@@ -911,6 +918,28 @@ class _MemoizedMethod:
             return self
         if self._owner is None:  # not defined in a class body: check on use
             self._check_class(type(instance), _attribute_name(self.memo.func))
+        return self._bind(instance)
+
+
+class _MemoizedMethod(_MethodDescriptor):
+    """What ``memoize`` returns for a function whose first parameter is ``self``.
+
+    A descriptor: checked when its class is created (``__set_name__``: the
+    class needs ``__cache_key__`` unless ``key=``/``ignore=("self",)`` says
+    how to key), bound on attribute access (:class:`_BoundMemoized`).
+    """
+
+    def __init__(self, wrapper: Callable[..., Any], memo: _Memo[Any]) -> None:
+        self._wrapper = wrapper
+        self.memo = memo
+        self._owner = None
+        functools.update_wrapper(self, memo.func)
+        helpers: Any = wrapper
+        self.cache_key = helpers.cache_key
+        self.invalidate = helpers.invalidate
+        self.invalidate_all = helpers.invalidate_all
+
+    def _bind(self, instance: object) -> _BoundMemoized:
         return _BoundMemoized(self._wrapper, instance)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

@@ -23,10 +23,9 @@ from __future__ import annotations
 
 import functools
 import logging
-import random
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Any, Final, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from nearcache.aio._runtime import Event, loop_token, new_event, sleep, spawn
 from nearcache.aio.lock import AsyncLock
@@ -39,11 +38,12 @@ from nearcache.memoize import (
     _ABSENT,
     _FRESH,
     _MISS,
-    _attribute_name,
     _first_parameter,
     _is_async,
+    _log_refresh_failure,
     _Memo,
-    check_method_class,
+    _MethodDescriptor,
+    _waits,
 )
 from nearcache.tags import TagsArg, check_tags, suffix
 from nearcache.units import Duration
@@ -54,9 +54,6 @@ if TYPE_CHECKING:
 __all__ = ["AsyncMemoized", "async_memoize"]
 
 logger = logging.getLogger("nearcache.memoize")
-
-_FIRST_DELAY: Final = 0.002
-_MAX_DELAY: Final = 0.05
 
 
 class _Flight:
@@ -159,7 +156,7 @@ class _AsyncMemo:
     ) -> Any:
         memo = self._memo
         lock = AsyncLock(self._cache, key, timeout=0, expire=memo.lock_ttl)
-        delay = _FIRST_DELAY
+        pauses = _waits()
         while True:
             if await lock.acquire():
                 if memo.background and state != _ABSENT:
@@ -180,8 +177,7 @@ class _AsyncMemo:
                     await _release(lock, key)
             if state != _ABSENT:
                 return value  # another process is refreshing: serve what we have
-            await sleep(delay * (0.5 + random.random()))
-            delay = min(delay * 1.5, _MAX_DELAY)
+            await sleep(next(pauses))
             state, value, expires = await self._read(key)
             if state != _ABSENT:
                 return value
@@ -203,9 +199,7 @@ class _AsyncMemo:
             result = await memo.func(*args, **kwargs)
             await self._store(key, result, time.monotonic() - start)
         except Exception:
-            logger.warning(
-                "background refresh of %s failed; the stale value stays", memo.name, exc_info=True
-            )
+            _log_refresh_failure(memo)
         finally:
             await _release(lock, key)
 
@@ -253,7 +247,7 @@ class _BoundAsyncMemoized:
         return await self._state.invalidate_all()
 
 
-class _AsyncMemoizedMethod:
+class _AsyncMemoizedMethod(_MethodDescriptor):
     """An ``async def`` method memoized: the class needs ``__cache_key__``
     unless ``key=`` or ``ignore=("self",)`` says how to key (the rule of the
     sync memoize), checked when the class is created."""
@@ -261,25 +255,14 @@ class _AsyncMemoizedMethod:
     def __init__(self, wrapper: Callable[..., Awaitable[Any]], state: _AsyncMemo) -> None:
         self._wrapper = wrapper
         self._state = state
-        self._owner: type | None = None
+        self._owner = None
         self.memo = state.memo
         self.cache_key = state.cache_key
         self.invalidate = state.invalidate
         self.invalidate_all = state.invalidate_all
         functools.update_wrapper(self, state.memo.func)
 
-    def _check_class(self, cls: type, attribute: str) -> None:
-        check_method_class(self._state.memo, cls, attribute)
-
-    def __set_name__(self, owner: type, attribute: str) -> None:
-        self._check_class(owner, attribute)
-        self._owner = owner
-
-    def __get__(self, instance: object, owner: type | None = None) -> Any:
-        if instance is None:
-            return self
-        if self._owner is None:  # not defined in a class body: check on use
-            self._check_class(type(instance), _attribute_name(self._state.memo.func))
+    def _bind(self, instance: object) -> _BoundAsyncMemoized:
         return _BoundAsyncMemoized(self._wrapper, self._state, instance)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Awaitable[Any]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, NoReturn, cast
 
 import redis
@@ -277,6 +277,36 @@ class RedisDriver(Driver):
             self.rejected += 1
             return default
 
+    def _key_batch(
+        self, keys: Iterable[Key], *, distinct: bool = False
+    ) -> tuple[list[Any], list[bytes]]:
+        """The keys of a many-key read as given (each once when ``distinct``) and as stored."""
+        check_key_collection(keys)
+        given = list(dict.fromkeys(keys)) if distinct else list(keys)
+        ks = [self._k(key) for key in given]
+        self._check_open()
+        return given, ks
+
+    def _hits(
+        self, given: list[Any], ks: list[bytes], values: Sequence[bytes | None]
+    ) -> Iterator[tuple[int, Any, Any]]:
+        """``(position, key, value)`` of each of ``values`` (the replies for ``ks``,
+        in order) that holds an entry that decodes."""
+        for index, (key, k, data) in enumerate(zip(given, ks, values, strict=True)):
+            if data is not None:
+                value = self._decode(data, k, _MISS)
+                if value is not _MISS:
+                    yield index, key, value
+
+    def _encode_write(self, key: Key, value: Any, ttl: TTL) -> tuple[bytes, int, bytes]:
+        """``(stored key, TTL in ms or 0, stored value)`` of a write, checked in the
+        order every write checks them: key, TTL, value, then that the driver is open."""
+        k = self._k(key)
+        ms = ttl_to_ms(ttl, self._default_ttl_ms)
+        data = self._codec.encode(value, k)
+        self._check_open()
+        return k, ms, data
+
     # -- reads -------------------------------------------------------------
 
     def get(self, key: Key, default: Any = None) -> Any:
@@ -304,34 +334,22 @@ class RedisDriver(Driver):
         value = self._decode(data, k, _MISS)
         if value is _MISS:
             return default, None
-        return value, (max(pttl, 1) / 1000 if pttl != -1 else None)
+        return value, _seconds_left(pttl)
 
     def get_many(self, keys: Iterable[Key]) -> dict[Any, Any]:
         """MGET."""
-        check_key_collection(keys)
-        given = list(keys)
-        ks = [self._k(key) for key in given]
-        self._check_open()
+        given, ks = self._key_batch(keys)
         if not ks:
             return {}
         try:
             values = cast("list[bytes | None]", self._client.mget(ks))
         except self._errors as exc:
             self._fail(exc)
-        found: dict[Any, Any] = {}
-        for key, k, data in zip(given, ks, values, strict=True):
-            if data is not None:
-                value = self._decode(data, k, _MISS)
-                if value is not _MISS:
-                    found[key] = value
-        return found
+        return {key: value for _, key, value in self._hits(given, ks, values)}
 
     def get_many_with_ttl(self, keys: Iterable[Key]) -> dict[Any, tuple[Any, float | None]]:
         """MGET and one PTTL per key, pipelined in one round trip."""
-        check_key_collection(keys)
-        given = list(keys)
-        ks = [self._k(key) for key in given]
-        self._check_open()
+        given, ks = self._key_batch(keys)
         if not ks:
             return {}
         try:
@@ -342,13 +360,8 @@ class RedisDriver(Driver):
                 values, *pttls = pipe.execute()
         except self._errors as exc:
             self._fail(exc)
-        found: dict[Any, tuple[Any, float | None]] = {}
-        for key, k, data, pttl in zip(given, ks, values, pttls, strict=True):
-            if data is not None:
-                value = self._decode(data, k, _MISS)
-                if value is not _MISS:
-                    found[key] = (value, max(pttl, 1) / 1000 if pttl != -1 else None)
-        return found
+        hits = self._hits(given, ks, values)
+        return {key: (value, _seconds_left(pttls[index])) for index, key, value in hits}
 
     def contains(self, key: Key) -> bool:
         """EXISTS."""
@@ -362,10 +375,7 @@ class RedisDriver(Driver):
     # -- writes ------------------------------------------------------------
 
     def _write(self, key: Key, value: Any, ttl: TTL, *, nx: bool = False, xx: bool = False) -> bool:
-        k = self._k(key)
-        ms = ttl_to_ms(ttl, self._default_ttl_ms)
-        data = self._codec.encode(value, k)
-        self._check_open()
+        k, ms, data = self._encode_write(key, value, ttl)
         args: tuple[Any, ...] = ("SET", k, data)
         if ms:
             args += ("PX", ms)
@@ -429,10 +439,7 @@ class RedisDriver(Driver):
         A tiered cache whose invalidations travel through this same server
         uses it so that a write costs one round trip, not two.
         """
-        k = self._k(key)
-        ms = ttl_to_ms(ttl, self._default_ttl_ms)
-        data = self._codec.encode(value, k)
-        self._check_open()
+        k, ms, data = self._encode_write(key, value, ttl)
         write: tuple[Any, ...] = ("SET", k, data, "PX", ms) if ms else ("SET", k, data)
         try:
             self._round_trip(write, ("PUBLISH", channel, message))
@@ -455,10 +462,7 @@ class RedisDriver(Driver):
         One command, one round trip, and atomic: the write and its
         invalidation entry are applied together or not at all.
         """
-        k = self._k(key)
-        ms = ttl_to_ms(ttl, self._default_ttl_ms)
-        data = self._codec.encode(value, k)
-        self._check_open()
+        k, ms, data = self._encode_write(key, value, ttl)
         try:
             self._script(
                 self._set_append,
@@ -515,13 +519,17 @@ class RedisDriver(Driver):
 
     def touch(self, key: Key, ttl: TTL = None) -> bool:
         """PEXPIRE, or PERSIST plus EXISTS in one transaction for "never expires"."""
+        return self._touch(key, ttl, transaction=True)
+
+    def _touch(self, key: Key, ttl: TTL, *, transaction: bool) -> bool:
+        """PEXPIRE, or PERSIST then EXISTS pipelined (in MULTI/EXEC when ``transaction``)."""
         k = self._k(key)
         ms = ttl_to_ms(ttl, self._default_ttl_ms)
         self._check_open()
         try:
             if ms:
                 return bool(self._client.pexpire(k, ms))
-            with self._client.pipeline(transaction=True) as pipe:
+            with self._client.pipeline(transaction=transaction) as pipe:
                 pipe.persist(k)
                 pipe.exists(k)
                 _, exists = pipe.execute()
@@ -631,6 +639,11 @@ def _direct_pool(client: Any) -> redis.ConnectionPool | None:
     if retry is not None and retry.get_retries() != 0:
         return None
     return pool
+
+
+def _seconds_left(pttl: int) -> float | None:
+    """A PTTL reply as seconds left (``None``: the entry never expires), at least 1 ms."""
+    return max(pttl, 1) / 1000 if pttl != -1 else None
 
 
 def _fields(fields: Mapping[Any, Any]) -> list[Any]:
@@ -770,10 +783,7 @@ class RedisClusterDriver(RedisDriver):
 
     def get_many_with_ttl(self, keys: Iterable[Key]) -> dict[Any, tuple[Any, float | None]]:
         """GET and PTTL per key, pipelined per node (MGET cannot span slots)."""
-        check_key_collection(keys)
-        given = list(dict.fromkeys(keys))
-        ks = [self._k(key) for key in given]
-        self._check_open()
+        given, ks = self._key_batch(keys, distinct=True)
         if not ks:
             return {}
         try:
@@ -784,30 +794,13 @@ class RedisClusterDriver(RedisDriver):
                 replies = pipe.execute()
         except self._errors as exc:
             self._fail(exc)
-        found: dict[Any, tuple[Any, float | None]] = {}
-        for index, (key, k) in enumerate(zip(given, ks, strict=True)):
-            data, pttl = replies[2 * index], replies[2 * index + 1]
-            if data is not None:
-                value = self._decode(data, k, _MISS)
-                if value is not _MISS:
-                    found[key] = (value, max(pttl, 1) / 1000 if pttl != -1 else None)
-        return found
+        values, pttls = replies[0::2], replies[1::2]
+        hits = self._hits(given, ks, values)
+        return {key: (value, _seconds_left(pttls[index])) for index, key, value in hits}
 
     def touch(self, key: Key, ttl: TTL = None) -> bool:
         """PEXPIRE, or PERSIST then EXISTS (one key: one node) for "never expires"."""
-        k = self._k(key)
-        ms = ttl_to_ms(ttl, self._default_ttl_ms)
-        self._check_open()
-        try:
-            if ms:
-                return bool(self._client.pexpire(k, ms))
-            with self._client.pipeline(transaction=False) as pipe:
-                pipe.persist(k)
-                pipe.exists(k)
-                _, exists = pipe.execute()
-            return bool(exists)
-        except self._errors as exc:
-            self._fail(exc)
+        return self._touch(key, ttl, transaction=False)
 
     def set_and_append(self, key: Key, value: Any, ttl: TTL, entry: Mapping[str, Any]) -> None:
         """SET and XADD pipelined (the key and the stream are on different slots).
@@ -815,10 +808,7 @@ class RedisClusterDriver(RedisDriver):
         Not atomic: a client that dies between the two leaves a write without
         its invalidation, healed by ``l1_ttl``.
         """
-        k = self._k(key)
-        ms = ttl_to_ms(ttl, self._default_ttl_ms)
-        data = self._codec.encode(value, k)
-        self._check_open()
+        k, ms, data = self._encode_write(key, value, ttl)
         try:
             with self._client.pipeline(transaction=False) as pipe:
                 pipe.set(k, data, px=ms or None)

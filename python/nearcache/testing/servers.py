@@ -39,6 +39,7 @@ __all__ = [
 ]
 
 _S = TypeVar("_S", bound="ServerProcess")
+_G = TypeVar("_G", bound="_ServerGroup")
 
 
 class ServerError(RuntimeError):
@@ -391,7 +392,46 @@ def _complete(reply: bytes) -> bool:
     return size < 0 or len(body) >= size + 2
 
 
-class RedisClusterServers:
+class _ServerGroup:
+    """Servers started and stopped together, in one working directory.
+
+    ``with`` starts them all and closes them all, including after a start
+    that failed half-way (some servers may be running by then).
+    """
+
+    def __init__(self, workdir: str | os.PathLike[str] | None, prefix: str) -> None:
+        self._own_workdir = workdir is None
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix=prefix))
+
+    # -- to be provided by subclasses --------------------------------------
+
+    def start(self, timeout: float = 30.0) -> None:
+        """Start every server and wait until they work together."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Stop every server; remove the working directory if we made it."""
+        raise NotImplementedError
+
+    # -- shared ------------------------------------------------------------
+
+    def _remove_workdir(self) -> None:
+        if self._own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self: _G) -> _G:
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class RedisClusterServers(_ServerGroup):
     """A Redis Cluster of ``primaries`` (+ ``replicas_per_primary``) nodes on loopback.
 
     Every node is a :class:`RedisServer` with ``--cluster-enabled yes``; the
@@ -414,9 +454,8 @@ class RedisClusterServers:
         """Prepare (not start) the nodes."""
         if primaries < 3:
             raise ValueError("a Redis Cluster needs at least 3 primaries")
+        super().__init__(workdir, "nearcache-redis-cluster-")
         self.replicas_per_primary = replicas_per_primary
-        self._own_workdir = workdir is None
-        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="nearcache-redis-cluster-"))
         self.nodes: list[RedisServer] = []
         for index in range(primaries * (1 + replicas_per_primary)):
             node_dir = self.workdir / f"node{index}"
@@ -521,24 +560,7 @@ class RedisClusterServers:
         """Stop every node and remove the working directory if we made it."""
         for node in self.nodes:
             node.close()
-        if self._own_workdir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-
-    def __enter__(self) -> RedisClusterServers:
-        try:
-            self.start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
+        self._remove_workdir()
 
 
 def _free_port_with_bus(host: str = "127.0.0.1", offset: int = 10000) -> int:
@@ -597,7 +619,7 @@ class SentinelServer(RedisServer):
         return [executable, str(config), "--sentinel", "--loglevel", "warning"]
 
 
-class RedisSentinelServers:
+class RedisSentinelServers(_ServerGroup):
     """A primary, ``replicas`` replicas and ``sentinels`` sentinels on loopback.
 
     :meth:`kill_primary` kills the current primary (SIGKILL); the sentinels
@@ -613,8 +635,7 @@ class RedisSentinelServers:
         down_after_ms: int = 500,
     ) -> None:
         """Prepare (not start) the servers."""
-        self._own_workdir = workdir is None
-        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="nearcache-redis-sentinel-"))
+        super().__init__(workdir, "nearcache-redis-sentinel-")
         self.service = service
         self.primary = RedisServer(workdir=self._dir("primary"))
         self.replicas: list[RedisServer] = []
@@ -725,21 +746,4 @@ class RedisSentinelServers:
         """Stop the sentinels, then the data servers; remove the working directory if ours."""
         for server in [*self.sentinels, *self.replicas, self.primary]:
             server.close()
-        if self._own_workdir:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-
-    def __enter__(self) -> RedisSentinelServers:
-        try:
-            self.start()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
+        self._remove_workdir()
