@@ -1,4 +1,5 @@
-"""Process helpers for the reliability tests: forked children, holds, kills.
+"""Process helpers for the reliability tests: forked children, holds, kills,
+and small file systems to fill.
 
 Children are forked (not spawned) so that they start in milliseconds; each
 one runs a function and leaves with ``os._exit``, never returning into
@@ -11,16 +12,19 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+import shutil
 import signal
 import subprocess
 import sys
 import textwrap
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from nearcache import _native
 
@@ -104,6 +108,28 @@ class Child:
             else:
                 result.error = value
         return result
+
+
+@contextlib.contextmanager
+def mounted_tmpfs(parent: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` (mount's syntax: ``1m``) mounted at ``parent/tmpfs``
+    for the test and unmounted after it; the test is skipped unless root can
+    mount one here."""
+    mnt = parent / "tmpfs"
+    mnt.mkdir(mode=0o700)
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a tmpfs needs root")
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(mnt)],
+        capture_output=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.decode().strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 def in_hold(pid: int) -> bool:

@@ -11,7 +11,6 @@ import os
 import random
 import shutil
 import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +20,15 @@ import pytest
 from nearcache import _native
 from nearcache._native import NativeCache
 
-from ._helpers import Child, hold_in_child, in_hold, key_in_shard, kill_and_reap, run_python
+from ._helpers import (
+    Child,
+    hold_in_child,
+    in_hold,
+    key_in_shard,
+    kill_and_reap,
+    mounted_tmpfs,
+    run_python,
+)
 
 SIZE = 4096 + 4 * 64 * 1024
 
@@ -392,21 +399,8 @@ def test_file_truncated_and_extended_back_does_not_wedge(tmp_path: Path) -> None
 @pytest.fixture
 def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
     """A 1 MiB tmpfs mounted for the test (root only)."""
-    mnt = tmp_path / "tmpfs"
-    mnt.mkdir(mode=0o700)
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("mounting a tmpfs needs root")
-    proc = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(mnt)],
-        capture_output=True,
-        check=False,
-    )
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.decode().strip()}")
-    try:
+    with mounted_tmpfs(tmp_path, "1m") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 def test_full_tmpfs_on_create_is_a_clear_error(small_tmpfs: Path) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +19,7 @@ import pytest
 from nearcache import Cache, _native
 from nearcache._native import NativeCache
 
-from ._helpers import Child
+from ._helpers import Child, mounted_tmpfs
 
 
 def held(path: str) -> int:
@@ -44,21 +43,8 @@ def shm_dir() -> Iterator[Path]:
 @pytest.fixture
 def tiny_tmpfs(tmp_path: Path) -> Iterator[Path]:
     """A 2 MiB tmpfs mounted for the test (root only)."""
-    mnt = tmp_path / "tmpfs"
-    mnt.mkdir(mode=0o700)
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("mounting a tmpfs needs root")
-    proc = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs", str(mnt)],
-        capture_output=True,
-        check=False,
-    )
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.decode().strip()}")
-    try:
+    with mounted_tmpfs(tmp_path, "2m") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 def test_new_cache_holds_only_headers_and_stats_report_it(shm_dir: Path) -> None:
