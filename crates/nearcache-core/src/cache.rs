@@ -1124,6 +1124,18 @@ impl Cache {
         Ok(())
     }
 
+    /// Test hook: lock the shard of `key` and hold the lock for `hold`
+    /// without changing anything, as a writer preempted inside a write
+    /// would (seq stays even). Never called in normal use.
+    #[doc(hidden)]
+    pub fn debug_hold_shard_lock(&self, key: &[u8], hold: std::time::Duration) -> Result<()> {
+        let (shard, _) = self.route(key)?;
+        let g = self.lock_for_write(shard)?;
+        std::thread::sleep(hold);
+        drop(g);
+        Ok(())
+    }
+
     /// Test hook: the address of the mapping this handle uses (handles that
     /// share a mapping report the same one).
     #[doc(hidden)]

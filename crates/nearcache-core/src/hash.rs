@@ -62,10 +62,11 @@ pub fn first_slot(hash: u64, slot_mask: usize) -> usize {
     ((hash >> 16) as usize) & slot_mask
 }
 
-/// The 32-bit tag kept in the slot.
+/// The 31-bit tag kept in the slot (the slot's top bit is SIEVE's
+/// visited mark).
 #[inline]
 pub fn tag_of(hash: u64) -> u32 {
-    (hash >> 32) as u32
+    ((hash >> 32) as u32) & 0x7fff_ffff
 }
 
 #[cfg(test)]

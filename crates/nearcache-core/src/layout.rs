@@ -8,7 +8,8 @@
 //!         [arena: entries appended in insertion order, 8-byte aligned]
 //! entry = [hash u64][expires_at_ms u64][key_len u32][value_len u32]
 //!         [flags u32][state u32][key bytes][value bytes][pad to 8]
-//! slot  = 0 (empty) | TOMBSTONE | tag << 32 | (entry offset / 8 + 1)
+//! slot  = 0 (empty) | TOMBSTONE
+//!       | visited << 63 | tag (31 bits) << 32 | (entry offset / 8 + 1)
 //! ```
 //!
 //! All integers are native-endian (the file is a same-host object). The
@@ -30,7 +31,9 @@ pub const FLAG_SPILLED: u32 = 1 << 31;
 pub const MAGIC: [u8; 8] = *b"NEARCACH";
 /// Bumped whenever the layout changes incompatibly. Version 2: the shard
 /// lock is the engine's futex word (see `lock.rs`), not a pthread mutex.
-pub const LAYOUT_VERSION: u32 = 3;
+/// Version 3: the header checksum covers the lazy flag. Version 4: SIEVE's
+/// visited mark lives in the slot (31-bit tags), not in the entry.
+pub const LAYOUT_VERSION: u32 = 4;
 /// Size of the file header; shards start here, page-aligned.
 pub const HEADER_SIZE: usize = 4096;
 /// Shard sizes are multiples of this.
@@ -178,14 +181,17 @@ pub mod eh {
     pub const STATE: usize = 28;
 }
 
-/// Entry state bit: read since the SIEVE hand last passed.
-pub const STATE_VISITED: u32 = 1;
 /// Entry state bit: overwritten, deleted or expired; space reclaimed at
 /// the next compaction.
 pub const STATE_DEAD: u32 = 2;
 
 /// Slot value of a deleted entry's slot.
 pub const TOMBSTONE: u64 = u64::MAX;
+/// Slot bit: the entry was read since the SIEVE hand last passed it. Kept
+/// in the slot, not the entry, so that a reader without the lock can set
+/// it with one compare-and-swap on a word whose meaning it knows (see
+/// `Shard::mark_visited`). Tags are 31 bits: this bit is never part of one.
+pub const SLOT_VISITED: u64 = 1 << 63;
 
 const _: () = assert!(MUTEX_BYTES <= sh::SEQ);
 const _: () = assert!(sh::ACTIVE_SLOTS + 8 <= SHARD_HEADER_SIZE);

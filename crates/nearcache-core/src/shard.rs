@@ -523,14 +523,14 @@ impl Shard {
                 Err(_) if self.seq_unchanged(before) => return None,
                 Err(_) => continue,
             };
-            let Some((_, e)) = found else {
+            let Some((i, e)) = found else {
                 if self.seq_unchanged(before) {
                     self.stripes.add(Counter::Misses);
                     return Some(None);
                 }
                 continue;
             };
-            if e.state & STATE_VISITED == 0 || (e.expires != 0 && e.expired(now.get())) {
+            if e.expires != 0 && e.expired(now.get()) {
                 return None;
             }
             let r = f(EntryRef {
@@ -540,6 +540,7 @@ impl Shard {
                 expires_ms: e.expires,
             });
             if self.seq_unchanged(before) {
+                view.mark_visited(i, e.off);
                 self.stripes.add(Counter::Hits);
                 return Some(Some(r));
             }
@@ -605,20 +606,45 @@ impl<'a> ShardGuard<'a> {
         self.set_hdr(field, self.hdr(field).wrapping_add(n));
     }
 
-    fn slot(&self, i: usize) -> u64 {
+    /// Index slot `i` as an atomic word: readers without the lock set its
+    /// visited bit with a compare-and-swap (`mark_visited`), so every
+    /// access to a slot is atomic.
+    fn slot_word(&self, i: usize) -> &AtomicU64 {
         debug_assert!(i < self.shard.slots);
         // SAFETY: i is masked by slots-1 by every caller, so the word is
-        // inside the index that follows the shard header.
-        // Volatile: the word is read exactly once, where written here, even
-        // if another program changes it meanwhile.
-        unsafe { ptr::read_volatile(self.shard.base.add(SHARD_HEADER_SIZE + i * 8) as *const u64) }
+        // inside the index that follows the shard header; index words are
+        // 8-byte aligned (the shard and its header are), live as long as
+        // the mapping, and are only ever accessed atomically.
+        unsafe { &*(self.shard.base.add(SHARD_HEADER_SIZE + i * 8) as *const AtomicU64) }
     }
 
+    /// Slot `i`, read once.
+    fn slot(&self, i: usize) -> u64 {
+        self.slot_word(i).load(Ordering::Relaxed)
+    }
+
+    /// Write slot `i` (under the lock).
     fn set_slot(&self, i: usize, v: u64) {
-        debug_assert!(i < self.shard.slots);
-        // SAFETY: as in slot; the lock is held.
-        unsafe {
-            ptr::write_volatile(self.shard.base.add(SHARD_HEADER_SIZE + i * 8) as *mut u64, v)
+        self.slot_word(i).store(v, Ordering::Relaxed)
+    }
+
+    /// SIEVE's "visited" mark for the entry at `off`, found in slot `i`:
+    /// set the slot's visited bit unless it is set already (a hit writes
+    /// nothing shared once its entry is marked). Without the lock this is
+    /// a compare-and-swap against the slot's value for exactly that entry:
+    /// if a writer changed the slot meanwhile, nothing is written. A bit
+    /// set on a slot that a compaction rebuilt for another entry at the
+    /// same offset with the same tag only marks that entry: the mark
+    /// guides eviction, it never changes what a slot leads to.
+    fn mark_visited(&self, i: usize, off: usize) {
+        let v = self.slot(i);
+        if v & SLOT_VISITED == 0 && Self::slot_entry_off(v) == off && v != 0 && v != TOMBSTONE {
+            let _ = self.slot_word(i).compare_exchange(
+                v,
+                v | SLOT_VISITED,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
         }
     }
 
@@ -820,8 +846,14 @@ impl<'a> ShardGuard<'a> {
         ((v & 0xffff_ffff).wrapping_sub(1).wrapping_mul(8)) as usize
     }
 
+    /// A slot leading to the entry at `off` (not marked visited).
     fn slot_value(hash: u64, off: usize) -> u64 {
         ((tag_of(hash) as u64) << 32) | (off / 8 + 1) as u64
+    }
+
+    /// The tag of a (non-empty, non-tombstone) slot.
+    fn slot_tag(v: u64) -> u32 {
+        ((v & !SLOT_VISITED) >> 32) as u32
     }
 
     /// Find `key` in the index.
@@ -838,7 +870,7 @@ impl<'a> ShardGuard<'a> {
             }
             if v == TOMBSTONE {
                 free_slot.get_or_insert(i);
-            } else if (v >> 32) as u32 == tag {
+            } else if Self::slot_tag(v) == tag {
                 let e = self.entry(Self::slot_entry_off(v), bump)?;
                 if e.hash == hash && self.key_equals(&e, key) {
                     if e.is_dead() {
@@ -1040,10 +1072,8 @@ impl<'a> ShardGuard<'a> {
         f: impl FnOnce(EntryRef<'_>) -> R,
     ) -> Option<R> {
         match self.lookup_live(key, hash, now) {
-            Some((_, e)) => {
-                if e.state & STATE_VISITED == 0 {
-                    self.set_state(&e, e.state | STATE_VISITED);
-                }
+            Some((i, e)) => {
+                self.mark_visited(i, e.off);
                 self.shard.stripes.add(Counter::Hits);
                 Some(f(EntryRef {
                     src: Src::Arena { guard: self, off: e.val_off() },
@@ -1471,36 +1501,36 @@ impl<'a> ShardGuard<'a> {
     /// Returns the bytes whose files are now queued for removal.
     pub(crate) fn evict_spilled(&self, need: u64, now: &mut Now) -> u64 {
         let t = now.get();
-        let mut victims = Vec::new();
-        let mut freed = 0u64;
+        let mut spilled = Vec::new();
         let walked = self.walk_indexed(|e| {
-            if freed >= need {
-                return;
+            if let Some(r) = self.spilled_ref(e) {
+                spilled.push((*e, r.len));
             }
-            let Some(r) = self.spilled_ref(e) else { return };
-            if !e.expired(t) && e.state & STATE_VISITED != 0 {
-                self.set_state(e, e.state & !STATE_VISITED);
-                return;
-            }
-            freed += r.len;
-            victims.push((*e, r.len));
         });
         if let Err(c) = walked {
             self.recover(c);
             return 0;
         }
-        if victims.is_empty() {
+        if spilled.is_empty() {
             return 0;
         }
         self.begin_write();
         let (mut evicted, mut queued) = (0, 0);
-        for (e, len) in &victims {
-            // The slot of each victim, found by its hash and offset.
-            if let Ok(Some(i)) = self.slot_of(e) {
-                self.unlink(i, e);
-                evicted += 1;
-                queued += len;
+        for (e, len) in &spilled {
+            if queued >= need {
+                break;
             }
+            // The slot of each entry, found by its hash and offset; its
+            // visited bit spares the entry once.
+            let Ok(Some(i)) = self.slot_of(e) else { continue };
+            let v = self.slot(i);
+            if !e.expired(t) && v & SLOT_VISITED != 0 {
+                self.set_slot(i, v & !SLOT_VISITED);
+                continue;
+            }
+            self.unlink(i, e);
+            evicted += 1;
+            queued += len;
         }
         self.end_write();
         self.add_stat(sh::EVICTIONS, evicted);
@@ -1516,7 +1546,7 @@ impl<'a> ShardGuard<'a> {
         for _ in 0..active {
             match self.slot(s) {
                 0 => return Ok(None),
-                v if v == want => return Ok(Some(s)),
+                v if v != TOMBSTONE && v & !SLOT_VISITED == want => return Ok(Some(s)),
                 _ => s = (s + 1) & mask,
             }
         }
@@ -1574,6 +1604,7 @@ impl<'a> ShardGuard<'a> {
         };
         let mut live_items = entries.len();
         let n = entries.len();
+        let mut visited = self.visited_marks(&entries, bump, active);
         // SIEVE: start at the hand, wrap around; at most two passes (the
         // first clears every visited bit).
         let hand = self.hdr(sh::HAND) as usize;
@@ -1586,10 +1617,10 @@ impl<'a> ShardGuard<'a> {
             && n > 0
             && steps < 2 * n + 1
         {
-            let e = &mut entries[idx];
+            let e = &entries[idx];
             if keep[idx] {
-                if e.state & STATE_VISITED != 0 {
-                    e.state &= !STATE_VISITED;
+                if visited[idx] {
+                    visited[idx] = false;
                 } else {
                     keep[idx] = false;
                     live_bytes -= e.size;
@@ -1622,8 +1653,6 @@ impl<'a> ShardGuard<'a> {
                 // e.off, e.off + size <= bump); ptr::copy handles overlap.
                 unsafe { ptr::copy(self.arena_ptr(e.off), self.arena_ptr(write), e.size) };
             }
-            // SAFETY: the moved header is inside the arena.
-            unsafe { ptr::write(self.arena_ptr(write + eh::STATE) as *mut u32, e.state) };
             // The index was zeroed above and kept entries are fewer than
             // the slots, so a free slot exists; the bound only matters if
             // another program writes into the index meanwhile.
@@ -1636,7 +1665,8 @@ impl<'a> ShardGuard<'a> {
                 }
                 s = (s + 1) & mask;
             }
-            self.set_slot(s, Self::slot_value(e.hash, write));
+            let mark = if visited[i] { SLOT_VISITED } else { 0 };
+            self.set_slot(s, Self::slot_value(e.hash, write) | mark);
             write += e.size;
         }
         let kept = n as u64 - evicted;
@@ -1650,6 +1680,24 @@ impl<'a> ShardGuard<'a> {
         self.add_stat(sh::EXPIRATIONS, expired);
         self.bump_stat(sh::COMPACTIONS);
         Ok(())
+    }
+
+    /// SIEVE's marks for `entries` (live entries in arena order, below
+    /// `bump`), read from the visited bits of the index's slots: one pass
+    /// over the index and one over the entries, through a bitmap of the
+    /// used arena's 8-byte words (bump / 64 bytes).
+    fn visited_marks(&self, entries: &[Entry], bump: usize, active: usize) -> Vec<bool> {
+        let mut bits = vec![0u64; bump / 8 / 64 + 1];
+        for s in 0..active {
+            let v = self.slot(s);
+            if v != TOMBSTONE && v & SLOT_VISITED != 0 {
+                let word = Self::slot_entry_off(v) / 8;
+                if let Some(b) = bits.get_mut(word / 64) {
+                    *b |= 1 << (word % 64);
+                }
+            }
+        }
+        entries.iter().map(|e| bits[e.off / 8 / 64] & (1 << (e.off / 8 % 64)) != 0).collect()
     }
 
     /// Counters of this shard.

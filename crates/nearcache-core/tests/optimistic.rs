@@ -89,8 +89,8 @@ fn a_hit_writes_nothing_in_the_shard() {
     let cache = open(&dir, "c", 1 << 20, 2);
     cache.set(b"hot", b"value", 0, 0).unwrap();
     cache.set(b"ttl", b"value", 0, 60_000).unwrap();
-    // The first hit of each marks the entry visited for SIEVE (a write,
-    // under the lock); later hits and misses write nothing in the shards.
+    // The first hit of each marks the entry visited for SIEVE (one bit of
+    // its index slot); later hits and misses write nothing in the shards.
     for k in [&b"hot"[..], b"ttl"] {
         assert!(cache.get(k).unwrap().is_some());
     }
@@ -164,5 +164,40 @@ fn a_writer_stalled_mid_write_sends_readers_to_the_lock_not_a_spin() {
     assert!(t.elapsed() < Duration::from_millis(300), "the get did not give up");
     assert!(cache.stats().unwrap().lock_timeouts >= 1);
     holder.join().unwrap().unwrap();
+    cache.check().unwrap();
+}
+
+#[test]
+fn a_first_hit_needs_no_lock_and_marks_the_entry_for_sieve() {
+    let dir = TempDir::new("opt-firsthit");
+    let opts = OpenOptions {
+        size: Some(64 * 1024),
+        shards: 1,
+        lock_timeout: Duration::from_millis(20),
+        ..OpenOptions::default()
+    };
+    let cache = Arc::new(Cache::open(dir.file("c"), &opts).unwrap());
+    cache.set(b"read", b"v", 0, 0).unwrap();
+    cache.set(b"unread", b"v", 0, 0).unwrap();
+    let holder = {
+        let cache = cache.clone();
+        std::thread::spawn(move || cache.debug_hold_shard_lock(b"read", Duration::from_millis(300)))
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    // Another process holds the shard's lock (a preempted writer): the
+    // first hit of a new entry is served and marked without it. Through
+    // the lock it would have timed out and read as a miss.
+    assert_eq!(cache.get(b"read").unwrap().unwrap().data, b"v");
+    assert_eq!(cache.stats().unwrap().lock_timeouts, 0);
+    holder.join().unwrap().unwrap();
+    // The mark counts for SIEVE: the oldest entries are "read" then
+    // "unread"; the first eviction spares "read" and takes "unread".
+    let mut i = 0u32;
+    while cache.stats().unwrap().evictions == 0 {
+        cache.set(format!("filler-{i}").as_bytes(), &[7u8; 200], 0, 0).unwrap();
+        i += 1;
+    }
+    assert!(cache.get(b"unread").unwrap().is_none());
+    assert!(cache.get(b"read").unwrap().is_some());
     cache.check().unwrap();
 }
