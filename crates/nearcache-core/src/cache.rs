@@ -263,7 +263,7 @@ impl Cache {
     pub fn shard_count(&self) -> usize {
         self.geo.shard_count
     }
-    /// Largest entry (32-byte header + key + value, padded to 8) accepted.
+    /// Largest entry (16-byte header + key + value, padded to 8) accepted.
     pub fn max_entry_size(&self) -> usize {
         self.max_entry
     }
@@ -384,10 +384,11 @@ impl Cache {
     }
 
     fn check_fits(&self, key: &[u8], value_len: usize) -> Result<()> {
-        // max_entry <= u32::MAX, so this also keeps value_len in 32 bits;
-        // saturating: a value near usize::MAX must not wrap to a small size.
+        // max_entry <= MAX_ENTRY_SIZE < 2^31, so this also keeps value_len
+        // in the entry's 31 bits; saturating: a value near usize::MAX must
+        // not wrap to a small size.
         let needed = entry_size(key.len(), value_len.min(usize::MAX / 2));
-        if needed > self.max_entry || value_len > u32::MAX as usize {
+        if needed > self.max_entry || value_len >= 1 << 31 {
             return Err(Error::ValueTooLarge { needed, max: self.max_entry });
         }
         Ok(())

@@ -6,8 +6,9 @@
 //! shard = [shard header, SHARD_HEADER_SIZE bytes]
 //!         [slot index: slots_per_shard x u64]
 //!         [arena: entries appended in insertion order, 8-byte aligned]
-//! entry = [hash u64][expires_at_ms u64][key_len u32][value_len u32]
-//!         [flags u32][state u32][key bytes][value bytes][pad to 8]
+//! entry = [meta u64: expires_at_ms (48 bits) | (key_len - 1) << 48]
+//!         [len u32: value_len (31 bits) | dead << 31][flags u32]
+//!         [key bytes][value bytes][pad to 8]
 //! slot  = 0 (empty) | TOMBSTONE
 //!       | visited << 63 | tag (31 bits) << 32 | (entry offset / 8 + 1)
 //! ```
@@ -40,8 +41,11 @@ pub const HEADER_SIZE: usize = 4096;
 pub const PAGE: usize = 4096;
 /// Bytes of a shard header (mutex, counters, statistics).
 pub const SHARD_HEADER_SIZE: usize = 256;
-/// Bytes of an entry header.
-pub const ENTRY_HEADER: usize = 32;
+/// Bytes of an entry header. The key's hash is not stored: the few
+/// writes that need it without the caller's key (compaction, repair,
+/// eviction of spilled values) hash the key bytes again with the file's
+/// seed.
+pub const ENTRY_HEADER: usize = 16;
 /// Smallest shard accepted.
 pub const MIN_SHARD_SIZE: usize = 16 * 1024;
 /// Largest shard accepted (offsets are stored as u32 multiples of 8).
@@ -50,8 +54,12 @@ pub const MAX_SHARD_SIZE: usize = 1 << 34;
 pub const MAX_SHARDS: usize = 1 << 16;
 /// Longest key accepted.
 pub const MAX_KEY_LEN: usize = 64 * 1024;
-/// Largest entry any cache accepts: value lengths are stored as u32.
-pub const MAX_ENTRY_SIZE: usize = u32::MAX as usize & !7;
+/// Largest entry any cache accepts: value lengths are stored in 31 bits
+/// (larger values are spilled to files, see `spill.rs`).
+pub const MAX_ENTRY_SIZE: usize = (1 << 31) - 8;
+/// Latest expiry an entry can carry (48 bits of Unix ms: the year 10889);
+/// later ones are stored as this.
+pub const MAX_EXPIRES_MS: u64 = (1 << 48) - 1;
 /// A lazy file's arena grows by reservations of this many bytes (or the
 /// entry being written, if larger): the most a shard holds beyond its
 /// entries, and the spacing of `fallocate` calls while a shard fills.
@@ -173,17 +181,25 @@ pub const SHARD_MAGIC: u64 = u64::from_ne_bytes(*b"NCSHARD1");
 
 /// Offsets inside an entry header.
 pub mod eh {
-    pub const HASH: usize = 0;
-    pub const EXPIRES: usize = 8;
-    pub const KEY_LEN: usize = 16;
-    pub const VAL_LEN: usize = 20;
-    pub const FLAGS: usize = 24;
-    pub const STATE: usize = 28;
+    /// u64: expiry in Unix ms (48 bits, 0 = never) | (key length - 1) << 48.
+    /// Changed in place only by `touch` (one aligned word).
+    pub const META: usize = 0;
+    /// u32: value length (31 bits) | LEN_DEAD.
+    pub const LEN: usize = 8;
+    /// u32: the caller's flags.
+    pub const FLAGS: usize = 12;
 }
 
-/// Entry state bit: overwritten, deleted or expired; space reclaimed at
-/// the next compaction.
-pub const STATE_DEAD: u32 = 2;
+/// Bit of the entry's length word: overwritten, deleted or expired; space
+/// reclaimed at the next compaction. Set in place (one aligned word).
+pub const LEN_DEAD: u32 = 1 << 31;
+
+/// The meta word of an entry.
+#[inline]
+pub fn entry_meta(expires_ms: u64, key_len: usize) -> u64 {
+    debug_assert!((1..=MAX_KEY_LEN).contains(&key_len));
+    expires_ms.min(MAX_EXPIRES_MS) | ((key_len as u64 - 1) << 48)
+}
 
 /// Slot value of a deleted entry's slot.
 pub const TOMBSTONE: u64 = u64::MAX;
@@ -281,9 +297,9 @@ impl Geometry {
 
     /// The largest entry (header + key + value, padded) a set accepts.
     /// Half the arena: compaction can always make room for it.
-    /// Never above `u32::MAX`: an entry stores its key and value lengths
-    /// as 32-bit words, and a longer value would be cut (its tail then
-    /// parsed as entries of its own).
+    /// Never above `MAX_ENTRY_SIZE`: an entry stores its value length in
+    /// 31 bits, and a longer value would be cut (its tail then parsed as
+    /// entries of its own).
     pub fn max_entry_size(&self) -> usize {
         (self.arena_size() / 2).min(MAX_ENTRY_SIZE) & !7
     }
@@ -451,7 +467,19 @@ mod tests {
     }
 
     #[test]
-    fn entry_limit_never_exceeds_the_32_bit_length_fields() {
+    fn entry_meta_keeps_key_lengths_and_clamps_far_expiries() {
+        for (expires, key_len) in [(0, 1), (1, MAX_KEY_LEN), (MAX_EXPIRES_MS, 36), (12_345, 65_535)]
+        {
+            let m = entry_meta(expires, key_len);
+            assert_eq!((m & MAX_EXPIRES_MS, (m >> 48) as usize + 1), (expires, key_len));
+        }
+        // 9999-12-31 fits; beyond the year 10889 is stored as the latest.
+        assert_eq!(entry_meta(253_402_300_799_000, 1) & MAX_EXPIRES_MS, 253_402_300_799_000);
+        assert_eq!(entry_meta(u64::MAX, 7), MAX_EXPIRES_MS | (6 << 48));
+    }
+
+    #[test]
+    fn entry_limit_never_exceeds_the_31_bit_length_field() {
         // A 16 GiB shard: half its arena is far above u32::MAX. Before the
         // cap, a 4 GiB + 64 byte value passed the size check and was stored
         // with its length cut to 64 bytes.
@@ -463,8 +491,8 @@ mod tests {
         };
         g.validate().unwrap();
         assert!(g.arena_size() / 2 > u32::MAX as usize);
-        assert!(g.max_entry_size() <= u32::MAX as usize);
-        assert!(entry_size(0, u32::MAX as usize + 1) > g.max_entry_size());
+        assert!(g.max_entry_size() < 1 << 31);
+        assert!(entry_size(1, 1 << 31) > g.max_entry_size());
     }
 
     #[test]

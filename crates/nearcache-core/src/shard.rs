@@ -34,7 +34,8 @@
 //!   arena from oldest to newest, clearing the "visited" bit that a hit
 //!   sets and evicting the first unvisited entries, until a fraction of the
 //!   shard is free. Survivors slide down in order (memmove, no scratch
-//!   buffer) and the index is rebuilt from the hashes stored in entries.
+//!   buffer) and the index is rebuilt from the entries' keys, hashed again
+//!   with the file's seed (entries do not store their hash: 8 bytes each).
 //! * Nothing read from shared memory is trusted: every slot offset, entry
 //!   length and bump value is checked against the shard's geometry before
 //!   it is used. A failed check resets the shard (counted in `corruptions`).
@@ -69,7 +70,7 @@
 
 use crate::counters::{Counter, Stripes};
 use crate::error::{Error, Result};
-use crate::hash::{first_slot, tag_of};
+use crate::hash::{first_slot, hash_key, tag_of};
 use crate::layout::*;
 use crate::lock::{self, Acquired};
 use crate::spill::{SpillRef, ValueFile, REF_LEN};
@@ -144,6 +145,8 @@ pub(crate) struct Shard {
     fd: i32,
     file_off: usize,
     initial_active: usize,
+    /// The file's hash seed: entries' keys are hashed again with it.
+    seed: u64,
     /// The file's per-CPU hit and miss counters.
     stripes: Stripes,
 }
@@ -294,17 +297,16 @@ impl EntryRef<'_> {
 struct Entry {
     off: usize,
     size: usize,
-    hash: u64,
     expires: u64,
     key_len: usize,
     val_len: usize,
     flags: u32,
-    state: u32,
+    dead: bool,
 }
 
 impl Entry {
     fn is_dead(&self) -> bool {
-        self.state & STATE_DEAD != 0
+        self.dead
     }
     fn expired(&self, now: u64) -> bool {
         self.expires != 0 && self.expires <= now
@@ -344,6 +346,7 @@ impl Shard {
             fd,
             file_off,
             initial_active: geo.initial_active_slots(),
+            seed: geo.seed,
             stripes,
         }
     }
@@ -805,26 +808,45 @@ impl<'a> ShardGuard<'a> {
         // SAFETY: off + ENTRY_HEADER <= bump <= arena_size, checked above.
         // Volatile reads: each word is read once into a local, and only the
         // checked local is used afterwards.
-        let (hash, expires, key_len, val_len, flags, state) = unsafe {
+        let (meta, len, flags) = unsafe {
             (
-                ptr::read_volatile(p.add(eh::HASH) as *const u64),
-                ptr::read_volatile(p.add(eh::EXPIRES) as *const u64),
-                ptr::read_volatile(p.add(eh::KEY_LEN) as *const u32) as usize,
-                ptr::read_volatile(p.add(eh::VAL_LEN) as *const u32) as usize,
+                ptr::read_volatile(p.add(eh::META) as *const u64),
+                ptr::read_volatile(p.add(eh::LEN) as *const u32),
                 ptr::read_volatile(p.add(eh::FLAGS) as *const u32),
-                ptr::read_volatile(p.add(eh::STATE) as *const u32),
             )
         };
+        let key_len = (meta >> 48) as usize + 1;
+        let val_len = (len & !LEN_DEAD) as usize;
         let size = entry_size(key_len, val_len);
-        if key_len == 0 || key_len > MAX_KEY_LEN || size > bump - off {
+        if size > bump - off {
             return Err(Corrupt("entry length outside the used arena"));
         }
-        Ok(Entry { off, size, hash, expires, key_len, val_len, flags, state })
+        Ok(Entry {
+            off,
+            size,
+            expires: meta & MAX_EXPIRES_MS,
+            key_len,
+            val_len,
+            flags,
+            dead: len & LEN_DEAD != 0,
+        })
     }
 
-    fn set_state(&self, e: &Entry, state: u32) {
+    /// Mark a checked entry dead (one aligned word).
+    fn mark_dead(&self, e: &Entry) {
         // SAFETY: e was checked by entry(); the header is inside the arena.
-        unsafe { ptr::write(self.arena_ptr(e.off + eh::STATE) as *mut u32, state) }
+        unsafe {
+            ptr::write(self.arena_ptr(e.off + eh::LEN) as *mut u32, e.val_len as u32 | LEN_DEAD)
+        }
+    }
+
+    /// The hash of a checked entry's key, computed again from its bytes
+    /// (`key` is scratch space for them).
+    fn entry_hash(&self, e: &Entry, key: &mut Vec<u8>) -> u64 {
+        key.resize(e.key_len, 0);
+        // SAFETY: the key bytes lie inside the checked entry.
+        unsafe { self.shard.copy_out(e.off + ENTRY_HEADER, key.as_mut_ptr(), e.key_len) };
+        hash_key(self.shard.seed, key)
     }
 
     fn key_equals(&self, e: &Entry, key: &[u8]) -> bool {
@@ -872,7 +894,7 @@ impl<'a> ShardGuard<'a> {
                 free_slot.get_or_insert(i);
             } else if Self::slot_tag(v) == tag {
                 let e = self.entry(Self::slot_entry_off(v), bump)?;
-                if e.hash == hash && self.key_equals(&e, key) {
+                if self.key_equals(&e, key) {
                     if e.is_dead() {
                         return Err(Corrupt("index points at a dead entry"));
                     }
@@ -898,7 +920,7 @@ impl<'a> ShardGuard<'a> {
     /// Remove the entry in slot `i` (it becomes a tombstone).
     fn unlink(&self, i: usize, e: &Entry) {
         self.note_dropped(e);
-        self.set_state(e, e.state | STATE_DEAD);
+        self.mark_dead(e);
         self.set_slot(i, TOMBSTONE);
         self.add_stat(sh::TOMBSTONES, 1);
         self.set_hdr(sh::ITEMS, self.hdr(sh::ITEMS).saturating_sub(1));
@@ -987,14 +1009,12 @@ impl<'a> ShardGuard<'a> {
         let mut live_bytes = 0u64;
         let mut key = Vec::new();
         for e in &live {
-            key.resize(e.key_len, 0);
-            // SAFETY: key bytes inside an entry checked by entry().
-            unsafe { self.shard.copy_out(e.off + ENTRY_HEADER, key.as_mut_ptr(), e.key_len) };
+            let hash = self.entry_hash(e, &mut key);
             // A key found twice (never by our writers; possible in a
             // scribbled file) keeps its later entry.
-            let slot = match self.probe(&key, e.hash, bump) {
+            let slot = match self.probe(&key, hash, bump) {
                 Ok(Probe { found: Some((i, old)), .. }) => {
-                    self.set_state(&old, old.state | STATE_DEAD);
+                    self.mark_dead(&old);
                     items -= 1;
                     live_bytes -= old.size as u64;
                     Some(i)
@@ -1009,7 +1029,7 @@ impl<'a> ShardGuard<'a> {
                 self.end_write();
                 return Err(Corrupt("index full while salvaging"));
             };
-            self.set_slot(slot & mask, Self::slot_value(e.hash, e.off));
+            self.set_slot(slot & mask, Self::slot_value(hash, e.off));
             items += 1;
             live_bytes += e.size as u64;
         }
@@ -1228,12 +1248,9 @@ impl<'a> ShardGuard<'a> {
             // locals `off` and `reserved`, which nothing else can change); we write the header, key and
             // value into the unused tail of the arena.
             unsafe {
-                ptr::write(p.add(eh::HASH) as *mut u64, hash);
-                ptr::write(p.add(eh::EXPIRES) as *mut u64, expires);
-                ptr::write(p.add(eh::KEY_LEN) as *mut u32, key.len() as u32);
-                ptr::write(p.add(eh::VAL_LEN) as *mut u32, value.len() as u32);
+                ptr::write(p.add(eh::META) as *mut u64, entry_meta(expires, key.len()));
+                ptr::write(p.add(eh::LEN) as *mut u32, value.len() as u32);
                 ptr::write(p.add(eh::FLAGS) as *mut u32, flags);
-                ptr::write(p.add(eh::STATE) as *mut u32, 0);
                 ptr::copy_nonoverlapping(key.as_ptr(), p.add(ENTRY_HEADER), key.len());
                 ptr::copy_nonoverlapping(
                     value.as_ptr(),
@@ -1332,7 +1349,12 @@ impl<'a> ShardGuard<'a> {
             Some((_, e)) => {
                 // SAFETY: header of a checked entry; the lock is held. A
                 // single aligned word: no seq bracket needed.
-                unsafe { ptr::write(self.arena_ptr(e.off + eh::EXPIRES) as *mut u64, expires) };
+                unsafe {
+                    ptr::write(
+                        self.arena_ptr(e.off + eh::META) as *mut u64,
+                        entry_meta(expires, e.key_len),
+                    )
+                };
                 true
             }
             None => false,
@@ -1541,8 +1563,9 @@ impl<'a> ShardGuard<'a> {
     fn slot_of(&self, e: &Entry) -> Check<Option<usize>> {
         let active = self.active_slots()?;
         let mask = active - 1;
-        let want = Self::slot_value(e.hash, e.off);
-        let mut s = first_slot(e.hash, mask);
+        let hash = self.entry_hash(e, &mut Vec::new());
+        let want = Self::slot_value(hash, e.off);
+        let mut s = first_slot(hash, mask);
         for _ in 0..active {
             match self.slot(s) {
                 0 => return Ok(None),
@@ -1641,6 +1664,7 @@ impl<'a> ShardGuard<'a> {
         let mask = active - 1;
         let mut write = 0usize;
         let mut new_hand = None;
+        let mut key = Vec::new();
         for (i, e) in entries.iter().enumerate() {
             if !keep[i] {
                 continue;
@@ -1648,6 +1672,8 @@ impl<'a> ShardGuard<'a> {
             if i >= stop && new_hand.is_none() {
                 new_hand = Some(write);
             }
+            // Hashed before the move, which may overwrite the old bytes.
+            let hash = self.entry_hash(e, &mut key);
             if e.off != write {
                 // SAFETY: both ranges are inside the used arena (write <=
                 // e.off, e.off + size <= bump); ptr::copy handles overlap.
@@ -1656,7 +1682,7 @@ impl<'a> ShardGuard<'a> {
             // The index was zeroed above and kept entries are fewer than
             // the slots, so a free slot exists; the bound only matters if
             // another program writes into the index meanwhile.
-            let mut s = first_slot(e.hash, mask);
+            let mut s = first_slot(hash, mask);
             let mut probes = 0;
             while self.slot(s) != 0 {
                 probes += 1;
@@ -1666,7 +1692,7 @@ impl<'a> ShardGuard<'a> {
                 s = (s + 1) & mask;
             }
             let mark = if visited[i] { SLOT_VISITED } else { 0 };
-            self.set_slot(s, Self::slot_value(e.hash, write) | mark);
+            self.set_slot(s, Self::slot_value(hash, write) | mark);
             write += e.size;
         }
         let kept = n as u64 - evicted;
@@ -1744,7 +1770,7 @@ impl<'a> ShardGuard<'a> {
                 let mut key = vec![0u8; e.key_len];
                 // SAFETY: key bytes inside the checked entry.
                 unsafe { self.shard.copy_out(off + ENTRY_HEADER, key.as_mut_ptr(), e.key_len) };
-                let p = self.probe(&key, e.hash, bump).map_err(s)?;
+                let p = self.probe(&key, hash_key(self.shard.seed, &key), bump).map_err(s)?;
                 match p.found {
                     Some((_, f)) if f.off == off => {}
                     _ => {

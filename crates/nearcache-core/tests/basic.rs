@@ -265,3 +265,30 @@ fn compare_and_delete() {
     assert!(!c.delete_if_equals(b"lock", b"token-a").unwrap());
     c.check().unwrap();
 }
+
+#[test]
+fn longest_keys_and_latest_expiries_survive_compactions() {
+    use nearcache_core::layout::MAX_EXPIRES_MS;
+    let d = TempDir::new("extremes");
+    let c = open(&d, "c", 1 << 20, 1);
+    let long = vec![b'L'; nearcache_core::MAX_KEY_LEN];
+    let year_9999 = 253_402_300_799_000u64;
+    c.set(&long, b"long", 0, 0).unwrap();
+    c.set(b"far", b"far", 0, u64::MAX / 2).unwrap();
+    c.set(b"9999", b"9999", 0, year_9999 - nearcache_core::now_ms()).unwrap();
+    // Compactions move the entries and rebuild the index from their keys,
+    // hashed again: the three must stay reachable with their expiries.
+    for i in 0..20_000u32 {
+        c.set(format!("filler-{i}").as_bytes(), &[1u8; 200], 0, 0).unwrap();
+        if i % 50 == 0 {
+            assert_eq!(c.get(&long).unwrap().unwrap().data, b"long");
+            assert_eq!(c.get(b"far").unwrap().unwrap().data, b"far");
+            assert_eq!(c.get(b"9999").unwrap().unwrap().data, b"9999");
+        }
+    }
+    assert!(c.stats().unwrap().compactions > 3);
+    assert_eq!(c.expires_at(b"far").unwrap(), Some(MAX_EXPIRES_MS));
+    let at = c.expires_at(b"9999").unwrap().unwrap();
+    assert!(at.abs_diff(year_9999) < 60_000, "{at}");
+    c.check().unwrap();
+}

@@ -303,9 +303,9 @@ fn scribbled_last_shard_never_writes_past_the_mapping() {
 
 /// Defect 1, by property: for every geometry the engine accepts (shards up
 /// to 16 GiB), every entry that passes the size check stores its value
-/// length without truncation.
+/// length without truncation (31 bits since layout version 4).
 #[test]
-fn every_accepted_entry_length_fits_the_32_bit_length_field() {
+fn every_accepted_entry_length_fits_the_31_bit_length_field() {
     let mut rng = Rng(77);
     for _ in 0..10_000 {
         let shard_size = (16 * 1024 + rng.below(1 << 34) as usize) / 4096 * 4096;
@@ -315,8 +315,8 @@ fn every_accepted_entry_length_fits_the_32_bit_length_field() {
         if g.validate().is_err() {
             continue;
         }
-        let largest_value = g.max_entry_size() - 32 - 1;
-        assert!(largest_value <= u32::MAX as usize, "shard of {shard_size} bytes");
+        let largest_value = g.max_entry_size() - nearcache_core::layout::ENTRY_HEADER - 1;
+        assert!(largest_value < 1 << 31, "shard of {shard_size} bytes");
     }
 }
 

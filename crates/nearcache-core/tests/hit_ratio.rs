@@ -2,7 +2,7 @@
 //! exact LRU with the same byte budget, on a Zipf(0.99) trace and on a
 //! Zipf trace mixed with one-time scans. Both caches are driven the same
 //! way (cache-aside: get, and set on a miss); both count an entry's bytes
-//! the same way (32-byte header + key + value, padded to 8), and the LRU
+//! the same way (16-byte header + key + value, padded to 8), and the LRU
 //! gets the engine's whole arena capacity as its budget.
 
 mod common;
@@ -47,7 +47,7 @@ impl Zipf {
 }
 
 fn entry_size(k: usize, v: usize) -> usize {
-    (32 + k + v + 7) & !7
+    (nearcache_core::layout::ENTRY_HEADER + k + v + 7) & !7
 }
 
 /// Exact LRU by bytes.
