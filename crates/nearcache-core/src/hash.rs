@@ -56,10 +56,13 @@ pub fn shard_of(hash: u64, shard_count: usize) -> usize {
     (hash as usize) & (shard_count - 1)
 }
 
-/// The first probe slot for `hash` in an index of `slot_mask + 1` slots.
+/// The first probe slot for `hash` in an index of `slot_mask + 1` slots:
+/// the low bits of its tag, so that an index can be rebuilt (after a
+/// compaction, or to double it) from the tags in its slots alone, without
+/// reading or hashing a key.
 #[inline]
 pub fn first_slot(hash: u64, slot_mask: usize) -> usize {
-    ((hash >> 16) as usize) & slot_mask
+    tag_of(hash) as usize & slot_mask
 }
 
 /// The 31-bit tag kept in the slot (the slot's top bit is SIEVE's

@@ -8,7 +8,7 @@
 //!         [arena: entries appended in insertion order, 8-byte aligned]
 //! entry = [meta u64: expires_at_ms (48 bits) | (key_len - 1) << 48]
 //!         [len u32: value_len (31 bits) | dead << 31][flags u32]
-//!         [key bytes][value bytes][pad to 8]
+//!         [tag u32][key bytes][value bytes][pad to 8]
 //! slot  = 0 (empty) | TOMBSTONE
 //!       | visited << 63 | tag (31 bits) << 32 | (entry offset / 8 + 1)
 //! ```
@@ -41,11 +41,11 @@ pub const HEADER_SIZE: usize = 4096;
 pub const PAGE: usize = 4096;
 /// Bytes of a shard header (mutex, counters, statistics).
 pub const SHARD_HEADER_SIZE: usize = 256;
-/// Bytes of an entry header. The key's hash is not stored: the few
-/// writes that need it without the caller's key (compaction, repair,
-/// eviction of spilled values) hash the key bytes again with the file's
-/// seed.
-pub const ENTRY_HEADER: usize = 16;
+/// Bytes of an entry header. Of the key's hash only the 31-bit tag is
+/// stored (a compaction rebuilds the index from the tags: the tag gives
+/// the home slot); repairs and the eviction of spilled values hash the key
+/// bytes again with the file's seed.
+pub const ENTRY_HEADER: usize = 20;
 /// Smallest shard accepted.
 pub const MIN_SHARD_SIZE: usize = 16 * 1024;
 /// Largest shard accepted (offsets are stored as u32 multiples of 8).
@@ -188,6 +188,8 @@ pub mod eh {
     pub const LEN: usize = 8;
     /// u32: the caller's flags.
     pub const FLAGS: usize = 12;
+    /// u32: the key's tag (`hash::tag_of`).
+    pub const TAG: usize = 16;
 }
 
 /// Bit of the entry's length word: overwritten, deleted or expired; space

@@ -301,6 +301,8 @@ struct Entry {
     key_len: usize,
     val_len: usize,
     flags: u32,
+    /// The key's tag (`tag_of` its hash), stored in the entry.
+    tag: u32,
     dead: bool,
 }
 
@@ -313,6 +315,46 @@ impl Entry {
     }
     fn val_off(&self) -> usize {
         self.off + ENTRY_HEADER + self.key_len
+    }
+}
+
+/// Where the entries of a compaction start: a bit per 8-byte word of the
+/// used arena, with running counts, so that an index slot's offset maps to
+/// the ordinal of its entry (entries are in arena order) in O(1). Bytes:
+/// the used arena / 64, and half that again for the counts.
+struct EntryStarts {
+    bits: Vec<u64>,
+    before: Vec<u32>,
+}
+
+impl EntryStarts {
+    fn new(entries: &[Entry], bump: usize) -> Self {
+        let mut bits = vec![0u64; bump / 8 / 64 + 1];
+        for e in entries {
+            let w = e.off / 8;
+            bits[w / 64] |= 1 << (w % 64);
+        }
+        let mut before = Vec::with_capacity(bits.len());
+        let mut count = 0u32;
+        for b in &bits {
+            before.push(count);
+            count += b.count_ones();
+        }
+        EntryStarts { bits, before }
+    }
+
+    /// Ordinal of the entry starting at `off`, if one does.
+    fn ordinal(&self, off: usize) -> Option<usize> {
+        if off % 8 != 0 {
+            return None;
+        }
+        let w = off / 8;
+        let b = *self.bits.get(w / 64)?;
+        let bit = 1u64 << (w % 64);
+        if b & bit == 0 {
+            return None;
+        }
+        Some((self.before[w / 64] + (b & (bit - 1)).count_ones()) as usize)
     }
 }
 
@@ -808,11 +850,12 @@ impl<'a> ShardGuard<'a> {
         // SAFETY: off + ENTRY_HEADER <= bump <= arena_size, checked above.
         // Volatile reads: each word is read once into a local, and only the
         // checked local is used afterwards.
-        let (meta, len, flags) = unsafe {
+        let (meta, len, flags, tag) = unsafe {
             (
                 ptr::read_volatile(p.add(eh::META) as *const u64),
                 ptr::read_volatile(p.add(eh::LEN) as *const u32),
                 ptr::read_volatile(p.add(eh::FLAGS) as *const u32),
+                ptr::read_volatile(p.add(eh::TAG) as *const u32),
             )
         };
         let key_len = (meta >> 48) as usize + 1;
@@ -828,6 +871,7 @@ impl<'a> ShardGuard<'a> {
             key_len,
             val_len,
             flags,
+            tag: tag & 0x7fff_ffff,
             dead: len & LEN_DEAD != 0,
         })
     }
@@ -1251,6 +1295,7 @@ impl<'a> ShardGuard<'a> {
                 ptr::write(p.add(eh::META) as *mut u64, entry_meta(expires, key.len()));
                 ptr::write(p.add(eh::LEN) as *mut u32, value.len() as u32);
                 ptr::write(p.add(eh::FLAGS) as *mut u32, flags);
+                ptr::write(p.add(eh::TAG) as *mut u32, tag_of(hash));
                 ptr::copy_nonoverlapping(key.as_ptr(), p.add(ENTRY_HEADER), key.len());
                 ptr::copy_nonoverlapping(
                     value.as_ptr(),
@@ -1627,7 +1672,7 @@ impl<'a> ShardGuard<'a> {
         };
         let mut live_items = entries.len();
         let n = entries.len();
-        let mut visited = self.visited_marks(&entries, bump, active);
+        let mut visited = self.visited_marks(&EntryStarts::new(&entries, bump), n, active);
         // SIEVE: start at the hand, wrap around; at most two passes (the
         // first clears every visited bit).
         let hand = self.hdr(sh::HAND) as usize;
@@ -1657,14 +1702,10 @@ impl<'a> ShardGuard<'a> {
             stop = idx;
             steps += 1;
         }
-        // Slide survivors down, preserving order; rebuild the index.
-        if self.zero_index() != active {
-            return Err(Corrupt("active slot count changed during compaction"));
-        }
-        let mask = active - 1;
+        // Slide survivors down, preserving order.
+        let mut new_off = vec![0usize; n];
         let mut write = 0usize;
         let mut new_hand = None;
-        let mut key = Vec::new();
         for (i, e) in entries.iter().enumerate() {
             if !keep[i] {
                 continue;
@@ -1672,30 +1713,16 @@ impl<'a> ShardGuard<'a> {
             if i >= stop && new_hand.is_none() {
                 new_hand = Some(write);
             }
-            // Hashed before the move, which may overwrite the old bytes.
-            let hash = self.entry_hash(e, &mut key);
             if e.off != write {
                 // SAFETY: both ranges are inside the used arena (write <=
                 // e.off, e.off + size <= bump); ptr::copy handles overlap.
                 unsafe { ptr::copy(self.arena_ptr(e.off), self.arena_ptr(write), e.size) };
             }
-            // The index was zeroed above and kept entries are fewer than
-            // the slots, so a free slot exists; the bound only matters if
-            // another program writes into the index meanwhile.
-            let mut s = first_slot(hash, mask);
-            let mut probes = 0;
-            while self.slot(s) != 0 {
-                probes += 1;
-                if probes > active {
-                    return Err(Corrupt("index rewritten during compaction"));
-                }
-                s = (s + 1) & mask;
-            }
-            let mark = if visited[i] { SLOT_VISITED } else { 0 };
-            self.set_slot(s, Self::slot_value(hash, write) | mark);
+            new_off[i] = write;
             write += e.size;
         }
         let kept = n as u64 - evicted;
+        self.rebuild_index(&entries, &keep, &visited, &new_off, active)?;
         self.set_hdr(sh::BUMP, write as u64);
         self.set_hdr(sh::LIVE_BYTES, write as u64);
         self.set_hdr(sh::ITEMS, kept);
@@ -1708,22 +1735,56 @@ impl<'a> ShardGuard<'a> {
         Ok(())
     }
 
-    /// SIEVE's marks for `entries` (live entries in arena order, below
-    /// `bump`), read from the visited bits of the index's slots: one pass
-    /// over the index and one over the entries, through a bitmap of the
-    /// used arena's 8-byte words (bump / 64 bytes).
-    fn visited_marks(&self, entries: &[Entry], bump: usize, active: usize) -> Vec<bool> {
-        let mut bits = vec![0u64; bump / 8 / 64 + 1];
+    /// SIEVE's marks for the `n` entries that `starts` locates, read from
+    /// the visited bits of the index's slots (one pass over the index).
+    fn visited_marks(&self, starts: &EntryStarts, n: usize, active: usize) -> Vec<bool> {
+        let mut visited = vec![false; n];
         for s in 0..active {
             let v = self.slot(s);
             if v != TOMBSTONE && v & SLOT_VISITED != 0 {
-                let word = Self::slot_entry_off(v) / 8;
-                if let Some(b) = bits.get_mut(word / 64) {
-                    *b |= 1 << (word % 64);
+                if let Some(k) = starts.ordinal(Self::slot_entry_off(v)) {
+                    visited[k] = true;
                 }
             }
         }
-        entries.iter().map(|e| bits[e.off / 8 / 64] & (1 << (e.off / 8 % 64)) != 0).collect()
+        visited
+    }
+
+    /// Rebuild the index of a compacted shard: the kept `entries` now lie
+    /// at `new_off`. An entry's home slot is given by its tag, which the
+    /// entry stores (`first_slot`): no key is read or hashed.
+    fn rebuild_index(
+        &self,
+        entries: &[Entry],
+        keep: &[bool],
+        visited: &[bool],
+        new_off: &[usize],
+        active: usize,
+    ) -> Check<()> {
+        if self.zero_index() != active {
+            return Err(Corrupt("active slot count changed during compaction"));
+        }
+        let mask = active - 1;
+        for (i, e) in entries.iter().enumerate() {
+            if !keep[i] {
+                continue;
+            }
+            // The index was zeroed above and kept entries are fewer than
+            // the slots, so a free slot exists; the bound only matters if
+            // another program writes into the index meanwhile.
+            let mut s = e.tag as usize & mask;
+            let mut probes = 0;
+            while self.slot(s) != 0 {
+                probes += 1;
+                if probes > active {
+                    return Err(Corrupt("index rewritten during compaction"));
+                }
+                s = (s + 1) & mask;
+            }
+            let mark = if visited[i] { SLOT_VISITED } else { 0 };
+            self.set_slot(s, (e.tag as u64) << 32 | mark | (new_off[i] / 8 + 1) as u64);
+        }
+        Ok(())
     }
 
     /// Counters of this shard.
@@ -1770,7 +1831,11 @@ impl<'a> ShardGuard<'a> {
                 let mut key = vec![0u8; e.key_len];
                 // SAFETY: key bytes inside the checked entry.
                 unsafe { self.shard.copy_out(off + ENTRY_HEADER, key.as_mut_ptr(), e.key_len) };
-                let p = self.probe(&key, hash_key(self.shard.seed, &key), bump).map_err(s)?;
+                let hash = hash_key(self.shard.seed, &key);
+                if e.tag != tag_of(hash) {
+                    return Err(format!("entry at {off} stores the wrong tag"));
+                }
+                let p = self.probe(&key, hash, bump).map_err(s)?;
                 match p.found {
                     Some((_, f)) if f.off == off => {}
                     _ => {

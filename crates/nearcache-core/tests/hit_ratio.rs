@@ -2,7 +2,7 @@
 //! exact LRU with the same byte budget, on a Zipf(0.99) trace and on a
 //! Zipf trace mixed with one-time scans. Both caches are driven the same
 //! way (cache-aside: get, and set on a miss); both count an entry's bytes
-//! the same way (16-byte header + key + value, padded to 8), and the LRU
+//! the same way (20-byte header + key + value, padded to 8), and the LRU
 //! gets the engine's whole arena capacity as its budget.
 
 mod common;
