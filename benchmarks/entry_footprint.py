@@ -25,7 +25,7 @@ from nearcache import _native
 
 KEY_BYTES = 36
 #: The engine's entry header (layout.rs: ENTRY_HEADER) and alignment.
-ENTRY_HEADER = 32
+ENTRY_HEADER = 20
 ALIGN = 8
 
 

@@ -724,7 +724,7 @@ C<spill_budget =E<gt> 0> what fits in one entry.
 
 =item max_entry_size, spill_threshold
 
-The largest entry (key, value and a 32-byte header) kept in the shared
+The largest entry (key, value and a 20-byte header) kept in the shared
 file, and the length over which values go to files.
 
 =item check
