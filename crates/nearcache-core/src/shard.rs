@@ -147,6 +147,8 @@ pub(crate) struct Shard {
     initial_active: usize,
     /// The file's hash seed: entries' keys are hashed again with it.
     seed: u64,
+    /// The largest entry a write stores (`Geometry::max_entry_size`).
+    max_entry: usize,
     /// The file's per-CPU hit and miss counters.
     stripes: Stripes,
 }
@@ -389,6 +391,7 @@ impl Shard {
             file_off,
             initial_active: geo.initial_active_slots(),
             seed: geo.seed,
+            max_entry: geo.max_entry_size(),
             stripes,
         }
     }
@@ -861,7 +864,9 @@ impl<'a> ShardGuard<'a> {
         let key_len = (meta >> 48) as usize + 1;
         let val_len = (len & !LEN_DEAD) as usize;
         let size = entry_size(key_len, val_len);
-        if size > bump - off {
+        // No write stores an entry above the geometry's limit: a larger one
+        // is a scribbled header (its lengths parse whatever the bits).
+        if size > bump - off || size > self.shard.max_entry {
             return Err(Corrupt("entry length outside the used arena"));
         }
         Ok(Entry {
