@@ -919,7 +919,13 @@ impl<'a> ShardGuard<'a> {
 
     /// A slot leading to the entry at `off` (not marked visited).
     fn slot_value(hash: u64, off: usize) -> u64 {
-        ((tag_of(hash) as u64) << 32) | (off / 8 + 1) as u64
+        Self::tagged_slot(tag_of(hash), off)
+    }
+
+    /// A slot with tag `tag` leading to the entry at `off` (not marked
+    /// visited).
+    fn tagged_slot(tag: u32, off: usize) -> u64 {
+        ((tag as u64) << 32) | (off / 8 + 1) as u64
     }
 
     /// The tag of a (non-empty, non-tombstone) slot.
@@ -1787,7 +1793,7 @@ impl<'a> ShardGuard<'a> {
                 s = (s + 1) & mask;
             }
             let mark = if visited[i] { SLOT_VISITED } else { 0 };
-            self.set_slot(s, (e.tag as u64) << 32 | mark | (new_off[i] / 8 + 1) as u64);
+            self.set_slot(s, Self::tagged_slot(e.tag, new_off[i]) | mark);
         }
         Ok(())
     }
