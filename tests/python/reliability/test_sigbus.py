@@ -32,6 +32,9 @@ SHARD = 16 * 1024
 SHARDS = 4
 SIZE = 4096 + SHARDS * SHARD
 PAGES = SIZE // 4096
+# Enough value bytes to fill every shard's arena to its end (the cache
+# evicts), so that every truncated page holds entries a get must touch.
+VALUE_REPEAT = 40
 
 
 @pytest.mark.parametrize("faulthandler_mode", ["off", "before", "after"])
@@ -47,8 +50,9 @@ def test_truncation_at_every_page_boundary(tmp_path: Path, faulthandler_mode: st
             path = os.path.join({str(tmp_path)!r}, f"c{{page}}")
             cache = NativeCache(path, {SIZE}, {SHARDS})
             keys = [f"k{{i}}" for i in range(300)]
+            value = lambda k: k.encode() * {VALUE_REPEAT}
             for k in keys:
-                cache.set(k, k.encode() * 8)
+                cache.set(k, value(k))
             if mode == "after":
                 faulthandler.disable()
                 faulthandler.enable()  # installed on top of nearcache's handler
@@ -58,7 +62,7 @@ def test_truncation_at_every_page_boundary(tmp_path: Path, faulthandler_mode: st
                 for op in (lambda: cache.get(k), lambda: cache.set(k, b"new")):
                     try:
                         got = op()
-                        outcomes.add("ok" if got in (None, k.encode() * 8, b"new") else "BAD")
+                        outcomes.add("ok" if got in (None, value(k), b"new") else "BAD")
                     except CorruptFileError:
                         outcomes.add("truncated")
             print(page, ",".join(sorted(outcomes)), flush=True)
