@@ -95,8 +95,12 @@ fn build_file(input: &mut Input<'_>, path: &std::path::Path) -> Option<()> {
             let shard_size = (input.u16() as u64) * 4096;
             let shard_size = if input.u8() == 0 { input.u64() } else { shard_size };
             put(&mut header, fh::SHARD_SIZE, &shard_size.to_ne_bytes());
-            let slots = 1u64 << (input.u8() % 40);
-            let slots = if input.u8() == 0 { input.u64() } else { slots };
+            // Any multiple of 8 is a valid slot count (layout version 5).
+            let slots = match input.u8() % 3 {
+                0 => 1u64 << (input.u8() % 40),
+                1 => 8 * u64::from(input.u32() % (1 << 24)),
+                _ => input.u64(),
+            };
             put(&mut header, fh::SLOTS, &slots.to_ne_bytes());
             let total = (shard_count as u64)
                 .checked_mul(shard_size)

@@ -56,13 +56,27 @@ pub fn shard_of(hash: u64, shard_count: usize) -> usize {
     (hash as usize) & (shard_count - 1)
 }
 
-/// The first probe slot for `hash` in an index of `slot_mask + 1` slots:
-/// the low bits of its tag, so that an index can be rebuilt (after a
-/// compaction, or to double it) from the tags in its slots alone, without
-/// reading or hashing a key.
+/// The home slot (first probe) of an entry with tag `tag` in an index of
+/// `slots` slots: the tag scaled to the slot count (a multiply and a shift,
+/// so the index can have any number of slots: it is sized to its shard, not
+/// rounded to a power of two). It depends on the tag alone, so that an
+/// index can be rebuilt (after a compaction, or to double it) from the
+/// tags its entries store, without reading or hashing a key.
 #[inline]
-pub fn first_slot(hash: u64, slot_mask: usize) -> usize {
-    tag_of(hash) as usize & slot_mask
+pub fn home_slot(tag: u32, slots: usize) -> usize {
+    // tag < 2^31 and slots < 2^32: the product fits, the result is < slots.
+    ((u64::from(tag & 0x7fff_ffff) * slots as u64) >> 31) as usize
+}
+
+/// The slot probed after `slot` in an index of `slots` slots (linear
+/// probing, wrapping around).
+#[inline]
+pub fn next_slot(slot: usize, slots: usize) -> usize {
+    if slot + 1 >= slots {
+        0
+    } else {
+        slot + 1
+    }
 }
 
 /// The 31-bit tag kept in the slot (the slot's top bit is SIEVE's
@@ -97,7 +111,25 @@ mod tests {
         for i in 0..1000u64 {
             let h = hash_key(DEFAULT_SEED, &i.to_le_bytes());
             assert!(shard_of(h, 64) < 64);
-            assert!(first_slot(h, 1023) < 1024);
+            for slots in [1, 64, 1000, 1024, 32_771, 1 << 31] {
+                assert!(home_slot(tag_of(h), slots) < slots);
+            }
         }
+        // The extremes of the tag reach both ends of the index.
+        assert_eq!(home_slot(0, 1000), 0);
+        assert_eq!(home_slot(0x7fff_ffff, 1000), 999);
+        assert_eq!(next_slot(998, 1000), 999);
+        assert_eq!(next_slot(999, 1000), 0);
+    }
+
+    #[test]
+    fn home_slots_spread_evenly_over_any_slot_count() {
+        let slots = 1000;
+        let mut counts = vec![0u32; slots];
+        for i in 0..200_000u64 {
+            counts[home_slot(tag_of(hash_key(DEFAULT_SEED, &i.to_le_bytes())), slots)] += 1;
+        }
+        // 200 per slot expected; a binomial spread stays well inside this.
+        assert!(counts.iter().all(|&c| (120..=290).contains(&c)), "{counts:?}");
     }
 }

@@ -33,8 +33,10 @@ pub const MAGIC: [u8; 8] = *b"NEARCACH";
 /// Bumped whenever the layout changes incompatibly. Version 2: the shard
 /// lock is the engine's futex word (see `lock.rs`), not a pthread mutex.
 /// Version 3: the header checksum covers the lazy flag. Version 4: SIEVE's
-/// visited mark lives in the slot (31-bit tags), not in the entry.
-pub const LAYOUT_VERSION: u32 = 4;
+/// visited mark lives in the slot (31-bit tags), not in the entry; 20-byte
+/// entry headers. Version 5: an index of any multiple of 8 slots, its home
+/// slots the tag scaled to the slot count (`hash::home_slot`).
+pub const LAYOUT_VERSION: u32 = 5;
 /// Size of the file header; shards start here, page-aligned.
 pub const HEADER_SIZE: usize = 4096;
 /// Shard sizes are multiples of this.
@@ -169,8 +171,8 @@ pub mod sh {
     /// arena's start), the high-water mark of growth. Only raised, under
     /// the lock, after the space was reserved. 0 in preallocated files.
     pub const ARENA_RESERVED: usize = 232;
-    /// Lazy files only: slots of the index in use (a power of two from
-    /// `initial_active_slots` to `slots_per_shard`); the index words up to
+    /// Lazy files only: slots of the index in use (`initial_active_slots`,
+    /// doubled up to `slots_per_shard`); the index words up to
     /// there are reserved, the rest of the index is a hole never touched.
     /// 0 in preallocated files.
     pub const ACTIVE_SLOTS: usize = 240;
@@ -265,8 +267,7 @@ impl Geometry {
                 "shards of {shard_size} bytes exceed the maximum of {MAX_SHARD_SIZE}; use more shards"
             )));
         }
-        // About one slot per 96 arena bytes, rounded up to a power of two.
-        let slots_per_shard = (shard_size / 96).next_power_of_two().max(64);
+        let slots_per_shard = slots_for_shard(shard_size);
         let g = Geometry { shard_count, shard_size, slots_per_shard, seed: DEFAULT_SEED };
         g.validate()?;
         Ok(g)
@@ -322,7 +323,7 @@ impl Geometry {
             return bad(format!("bad shard size {}", self.shard_size));
         }
         // Checked before arena_offset() multiplies it.
-        if !self.slots_per_shard.is_power_of_two()
+        if self.slots_per_shard % 8 != 0
             || self.slots_per_shard < 64
             || self.slots_per_shard > self.shard_size / 8
         {
@@ -431,6 +432,17 @@ pub fn header_checksum(buf: &[u8]) -> u64 {
     h.update(&buf[..fh::FIXED_END]);
     h.update(&buf[fh::LAZY..fh::LAZY + 8]);
     h.digest()
+}
+
+/// Index slots of a shard of `shard_size` bytes: one per 64 bytes of shard,
+/// a multiple of 8 (a cache line of slots), at least 64. At the index's
+/// load limit (3/4) that is an entry per 85 bytes: small entries (a 20-byte
+/// header, short key and value) fill the arena about when they fill the
+/// index. Not rounded to a power of two, so that the entries a shard holds
+/// grow smoothly with its size (a power of two doubled the index, and the
+/// entries held, at some sizes and not at others).
+pub fn slots_for_shard(shard_size: usize) -> usize {
+    (shard_size / 64).next_multiple_of(8).max(64)
 }
 
 fn prev_power_of_two(n: usize) -> usize {

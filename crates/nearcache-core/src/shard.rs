@@ -54,8 +54,8 @@
 //!   the used arena and at least `DEAD_SLACK` (so it holds at most 1.2x
 //!   its live bytes, plus the slack and one growth), then reserves up to
 //!   the next `GROW_CHUNK`.
-//! * `ACTIVE_SLOTS`: the index slots in use; probes and rebuilds mask with
-//!   it and never read a slot beyond it. At the index's load limit it
+//! * `ACTIVE_SLOTS`: the index slots in use; probes and rebuilds wrap
+//!   around at it and never read a slot beyond it. At the index's load limit it
 //!   doubles (the new slots are reserved first, then the index is rebuilt
 //!   from the arena by a compaction, under `REWRITING`).
 //!
@@ -70,7 +70,7 @@
 
 use crate::counters::{Counter, Stripes};
 use crate::error::{Error, Result};
-use crate::hash::{first_slot, hash_key, tag_of};
+use crate::hash::{hash_key, home_slot, next_slot, tag_of};
 use crate::layout::*;
 use crate::lock::{self, Acquired};
 use crate::spill::{SpillRef, ValueFile, REF_LEN};
@@ -659,7 +659,9 @@ impl<'a> ShardGuard<'a> {
     /// access to a slot is atomic.
     fn slot_word(&self, i: usize) -> &AtomicU64 {
         debug_assert!(i < self.shard.slots);
-        // SAFETY: i is masked by slots-1 by every caller, so the word is
+        // SAFETY: every caller passes i < active <= slots (home_slot and
+        // next_slot stay below the active count, which active_slots()
+        // checks against slots; scans run over 0..active), so the word is
         // inside the index that follows the shard header; index words are
         // 8-byte aligned (the shard and its header are), live as long as
         // the mapping, and are only ever accessed atomically.
@@ -734,10 +736,7 @@ impl<'a> ShardGuard<'a> {
             return Ok(self.shard.slots);
         }
         let a = self.hdr(sh::ACTIVE_SLOTS);
-        if !a.is_power_of_two()
-            || a < self.shard.initial_active as u64
-            || a > self.shard.slots as u64
-        {
+        if a < self.shard.initial_active as u64 || a > self.shard.slots as u64 {
             return Err(Corrupt("active slot count out of range"));
         }
         Ok(a as usize)
@@ -781,13 +780,14 @@ impl<'a> ShardGuard<'a> {
         true
     }
 
-    /// Lazy files: double the index. Reserves the new slots; the caller
-    /// rebuilds the index (a compaction) inside the same write.
+    /// Lazy files: double the index (up to its full size). Reserves the new
+    /// slots; the caller rebuilds the index (a compaction) inside the same
+    /// write.
     fn grow_index(&self, active: usize) -> bool {
         if !self.shard.lazy || active >= self.shard.slots {
             return false;
         }
-        let new = active * 2;
+        let new = (active * 2).min(self.shard.slots);
         let base = SHARD_HEADER_SIZE;
         if self.shard.reserve(base + active * 8, base + new * 8).is_err() {
             return false;
@@ -936,9 +936,8 @@ impl<'a> ShardGuard<'a> {
     /// Find `key` in the index.
     fn probe(&self, key: &[u8], hash: u64, bump: usize) -> Check<Probe> {
         let active = self.active_slots()?;
-        let mask = active - 1;
         let tag = tag_of(hash);
-        let mut i = first_slot(hash, mask);
+        let mut i = home_slot(tag, active);
         let mut free_slot = None;
         for _ in 0..active {
             let v = self.slot(i);
@@ -956,7 +955,7 @@ impl<'a> ShardGuard<'a> {
                     return Ok(Probe { found: Some((i, e)), free_slot });
                 }
             }
-            i = (i + 1) & mask;
+            i = next_slot(i, active);
         }
         Ok(Probe { found: None, free_slot })
     }
@@ -1059,7 +1058,6 @@ impl<'a> ShardGuard<'a> {
         }
         self.begin_write();
         self.zero_index();
-        let mask = active - 1;
         let mut items = 0u64;
         let mut live_bytes = 0u64;
         let mut key = Vec::new();
@@ -1084,7 +1082,7 @@ impl<'a> ShardGuard<'a> {
                 self.end_write();
                 return Err(Corrupt("index full while salvaging"));
             };
-            self.set_slot(slot & mask, Self::slot_value(hash, e.off));
+            self.set_slot(slot, Self::slot_value(hash, e.off));
             items += 1;
             live_bytes += e.size as u64;
         }
@@ -1618,15 +1616,14 @@ impl<'a> ShardGuard<'a> {
     /// The index slot that points at entry `e`.
     fn slot_of(&self, e: &Entry) -> Check<Option<usize>> {
         let active = self.active_slots()?;
-        let mask = active - 1;
         let hash = self.entry_hash(e, &mut Vec::new());
         let want = Self::slot_value(hash, e.off);
-        let mut s = first_slot(hash, mask);
+        let mut s = home_slot(tag_of(hash), active);
         for _ in 0..active {
             match self.slot(s) {
                 0 => return Ok(None),
                 v if v != TOMBSTONE && v & !SLOT_VISITED == want => return Ok(Some(s)),
-                _ => s = (s + 1) & mask,
+                _ => s = next_slot(s, active),
             }
         }
         Ok(None)
@@ -1763,7 +1760,7 @@ impl<'a> ShardGuard<'a> {
 
     /// Rebuild the index of a compacted shard: the kept `entries` now lie
     /// at `new_off`. An entry's home slot is given by its tag, which the
-    /// entry stores (`first_slot`): no key is read or hashed.
+    /// entry stores (`home_slot`): no key is read or hashed.
     fn rebuild_index(
         &self,
         entries: &[Entry],
@@ -1775,7 +1772,6 @@ impl<'a> ShardGuard<'a> {
         if self.zero_index() != active {
             return Err(Corrupt("active slot count changed during compaction"));
         }
-        let mask = active - 1;
         for (i, e) in entries.iter().enumerate() {
             if !keep[i] {
                 continue;
@@ -1783,14 +1779,14 @@ impl<'a> ShardGuard<'a> {
             // The index was zeroed above and kept entries are fewer than
             // the slots, so a free slot exists; the bound only matters if
             // another program writes into the index meanwhile.
-            let mut s = e.tag as usize & mask;
+            let mut s = home_slot(e.tag, active);
             let mut probes = 0;
             while self.slot(s) != 0 {
                 probes += 1;
                 if probes > active {
                     return Err(Corrupt("index rewritten during compaction"));
                 }
-                s = (s + 1) & mask;
+                s = next_slot(s, active);
             }
             let mark = if visited[i] { SLOT_VISITED } else { 0 };
             self.set_slot(s, Self::tagged_slot(e.tag, new_off[i]) | mark);

@@ -310,7 +310,7 @@ fn every_accepted_entry_length_fits_the_31_bit_length_field() {
     for _ in 0..10_000 {
         let shard_size = (16 * 1024 + rng.below(1 << 34) as usize) / 4096 * 4096;
         let shard_size = shard_size.min(nearcache_core::layout::MAX_SHARD_SIZE);
-        let slots = ((shard_size / 96).next_power_of_two()).max(64);
+        let slots = nearcache_core::layout::slots_for_shard(shard_size);
         let g = Geometry { shard_count: 1, shard_size, slots_per_shard: slots, seed: 0 };
         if g.validate().is_err() {
             continue;

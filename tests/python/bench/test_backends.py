@@ -132,9 +132,8 @@ def test_nearcache_file_is_calibrated_to_the_entry_count(ctx: BackendContext) ->
         # Sized for 1,000 on average once full, so a fresh file holds the first 1,000.
         assert sum(handle.get(f"key:{i:04d}") is not None for i in range(1000)) == 1000
         handle.close()
-        # Once full (distinct 8-byte keys keep arriving), it holds 1,000 on average:
-        # within 8% (the file size moves in 4 KiB pages: 56 entries of this size,
-        # 5.6% of this file, since the 20-byte entry header).
+        # Once full (distinct 8-byte keys keep arriving), it holds 1,000 on average,
+        # within 5% (the file size moves in 4 KiB pages: 56 entries of this size).
         cache = native.NativeCache(backend.path, backend.size)
         counts = []
         for i in range(3000):
@@ -143,7 +142,7 @@ def test_nearcache_file_is_calibrated_to_the_entry_count(ctx: BackendContext) ->
                 counts.append(len(cache))
         cache.close()
         mean = sum(counts) / len(counts)
-        assert 1000 <= mean <= 1080, mean
+        assert 950 <= mean <= 1050, mean
         assert min(counts) < 1000 < max(counts)  # compactions: a sawtooth around it
     finally:
         backend.destroy()

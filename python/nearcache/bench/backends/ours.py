@@ -130,10 +130,14 @@ def held_entries(
 def calibrate_size(
     directory: Path, items: int, key_len: int, value_len: int, key_space: int | None = None
 ) -> int:
-    """Smallest file size (to ~2%) that holds ``items`` such entries on average at steady state.
+    """The file size whose entries held at steady state average closest to ``items``.
 
-    ``key_space``: see :func:`held_entries`.  Results are memoized per
-    (items, key_len, value_len, key_space).
+    A binary search down to ~2% of the size (one page per shard for small
+    files, where a step can be 5% of the entries), then the closer of the two
+    sizes it ends between: the cache compared with an LRU of ``maxsize=items``
+    holds as many entries, not up to one step more.  ``key_space``: see
+    :func:`held_entries`.  Results are memoized per (items, key_len,
+    value_len, key_space).
     """
     key = (items, key_len, value_len, key_space)
     cached = _calibrated.get(key)
@@ -142,10 +146,11 @@ def calibrate_size(
     native = import_module("nearcache._native")
     path = str(directory / f"calibrate-{os.getpid()}")
     value = b"v" * value_len
+    held: dict[int, float] = {}
 
     def holds(size: int) -> bool:
-        mean = held_entries(native, path, size, key_len, value, items, key_space)[0]
-        return mean >= items
+        held[size] = held_entries(native, path, size, key_len, value, items, key_space)[0]
+        return held[size] >= items
 
     lo = max(4096, items * (key_len + value_len))
     hi = lo * 2
@@ -160,8 +165,11 @@ def calibrate_size(
             hi = mid
         else:
             lo = mid
-    _calibrated[key] = hi
-    return hi
+    best = hi
+    if lo in held and held[lo] > 0 and items - held[lo] < held[hi] - items:
+        best = lo
+    _calibrated[key] = best
+    return best
 
 
 def nearcache_file_size(ctx: BackendContext, capacity: Capacity) -> tuple[int, str]:
