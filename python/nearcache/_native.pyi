@@ -52,6 +52,7 @@ __all__ = [
     "KeyTypeError",
     "NativeCache",
     "NotACounterError",
+    "Opener",
     "PermissionDeniedError",
     "ShardLockTimeoutError",
     "ValueTooLargeError",
@@ -272,6 +273,48 @@ class NativeCache:
     def close(self) -> None: ...
     def __enter__(self) -> NativeCache: ...
     def __exit__(self, *exc: object) -> None: ...
+
+@final
+class Opener:
+    """A :class:`NativeCache`'s options, parsed and checked once: ``open()``
+    opens handles on the file with no argument to parse.
+
+    It holds no file, descriptor or mapping: each ``open()`` is a full open
+    of ``path``, exactly as ``NativeCache(path, size, shards, ...)`` with
+    these options makes it (a file replaced or removed meanwhile is noticed
+    there).  Every argument is checked here as ``NativeCache(...)`` checks
+    it, with the same errors.
+    """
+
+    def __new__(
+        cls,
+        path: str,
+        size: int,
+        shards: int = 0,
+        *,
+        default_ttl_ms: int = 0,
+        prefix: bytes = ...,  # b"" (PyO3 does not render bytes defaults)
+        allow_foreign_owner: bool = False,
+        decoder: Callable[[int, bytes], object] | None = None,
+        lock_timeout_ms: float = 50.0,
+        on_lock_timeout: str = "raise",
+        spill_threshold: int | None = None,
+        spill_budget: int | None = None,
+        size_if_missing: int = 0,
+    ) -> Opener:
+        """The options of ``NativeCache(path, size, shards, ...)``, but
+        ``recreate`` and ``create``, which each open takes.
+
+        With ``size=0`` and ``size_if_missing`` > 0, an open first opens an
+        existing file as it is (as ``create=False`` does) and, if there is
+        none and ``create`` is true, creates one of ``size_if_missing`` bytes.
+        """
+
+    @property
+    def path(self) -> str: ...
+    def open(self, recreate: bool = False, create: bool = True) -> NativeCache:
+        """A new handle on the file, opened as ``NativeCache(...)`` with these
+        options and ``recreate``/``create`` opens it."""
 
 MISSING: Final[object]
 

@@ -36,10 +36,10 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import timedelta
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, NamedTuple, NoReturn, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar, cast, overload
 
 from nearcache import _native
-from nearcache.errors import CacheClosedError, CacheNotFoundError, ConfigurationError
+from nearcache.errors import CacheClosedError, ConfigurationError
 from nearcache.keys import (
     Key,
     check_key_collection,
@@ -134,6 +134,9 @@ class _ClosedEngine:
         self.fail()
 
 
+_FAIL: Final = _ClosedEngine.fail
+
+
 def default_directory() -> str:
     """The directory where caches opened by name live.
 
@@ -141,10 +144,14 @@ def default_directory() -> str:
     default, ``/dev/shm/nearcache-<uid>`` (a tmpfs: fast, survives process
     restarts, not reboots).
     """
-    override = os.environ.get(DIRECTORY_ENV)
+    override = _directory_override()
     if override:
         os.makedirs(override, mode=0o700, exist_ok=True)
         return override
+    return _engine_default_directory()
+
+
+def _engine_default_directory() -> str:
     # The engine's checks (a plain 0700 directory of this user) run once per
     # effective user: opening per request must not pay four system calls
     # for them each time. Every open still checks the directory it opens
@@ -156,8 +163,32 @@ def default_directory() -> str:
     return directory
 
 
+def _directory_name() -> str:
+    """:func:`default_directory` as it is named now, without making or
+    checking it: what a Cache opened by name with options already prepared
+    needs (it was made when they were prepared, and the engine's open checks
+    the directory, and makes it again if it was removed)."""
+    return _directory_override() or _engine_default_directory()
+
+
 #: default_directory() per effective uid, checked once.
 _DEFAULT_DIRECTORIES: dict[int, str] = {}
+
+#: os.environ and the dict it keeps its (encoded) variables in, read directly:
+#: os.environ.get() of an unset variable raises and catches a KeyError, which
+#: costs more than the rest of a reopen.  Used only while os.environ is still
+#: that object.
+_ENVIRON: Final = os.environ
+_ENVIRON_DATA: dict[Any, Any] | None = getattr(os.environ, "_data", None)
+_DIRECTORY_ENV_KEY: Final[Any] = os.environ.encodekey(DIRECTORY_ENV)
+
+
+def _directory_override() -> str | None:
+    """``$NEARCACHE_DIR`` (None when unset)."""
+    if os.environ is _ENVIRON and _ENVIRON_DATA is not None:
+        raw = _ENVIRON_DATA.get(_DIRECTORY_ENV_KEY)
+        return None if raw is None else _ENVIRON.decodevalue(raw)
+    return os.environ.get(DIRECTORY_ENV)
 
 
 def _check_name(name: str) -> str:
@@ -180,29 +211,114 @@ def _ttl_ms(ttl: Duration | None, expire_at: ExpireAt | None) -> int | None:
     return ms if ms > 0 else -1
 
 
-class _Prepared(NamedTuple):
-    """Everything a Cache's options decide, parsed and checked once."""
+class _Prepared:
+    """Everything a Cache's options decide, parsed and checked once.
 
-    name: str
-    file_path: str
-    size: int | None
-    shards: int
-    codec: ValueCodec
-    prefix: bytes
-    options: dict[str, Any]
-    counters: _DecodeCounters
-    direct_types: frozenset[Any]
-    native_options: dict[str, Any]
+    Opening the same cache again (per request) takes these as they are and
+    opens the engine with ``open``: an ``Opener``'s, which parses no
+    argument.
+    """
+
+    __slots__ = (
+        "closed",
+        "codec",
+        "counters",
+        "direct_types",
+        "name",
+        "open",
+        "options",
+        "prefix",
+        "signed",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        codec: ValueCodec,
+        prefix: bytes,
+        options: dict[str, Any],
+        counters: _DecodeCounters,
+        direct_types: frozenset[Any],
+        open: Callable[[bool, bool], _native.NativeCache],
+        closed: _ClosedEngine,
+    ) -> None:
+        self.name = name
+        self.codec = codec
+        self.signed = codec.signed
+        self.prefix = prefix
+        self.options = options
+        self.counters = counters
+        self.direct_types = direct_types
+        self.open = open
+        #: What a closed Cache has for engine (one per file: it holds its path).
+        self.closed = closed
 
 
 #: Preparations by options, so that opening the same cache again (per
-#: request) costs the engine's reopen and little more.  Bounded: cleared
+#: request) costs the engine's open and little more.  Bounded: cleared
 #: when full.
 _PREPARED: dict[Any, _Prepared] = {}
 _PREPARED_MAX = 64
+#: The last (options, preparation) looked up in _PREPARED: comparing with
+#: it is cheaper than hashing the options again.
+_LAST: tuple[Any, Any] = ((), None)
+
+
+class _EngineMethod:
+    """A method of :class:`Cache` that, on an unsigned cache, the engine
+    implements itself with the same arguments and result (``pop``): the
+    engine's method is looked up when first used on an instance and kept on
+    it, so that later calls go straight to the engine with no Python frame,
+    and opening a cache binds nothing for it.  (A non-data descriptor: the
+    instance's attribute takes precedence; :meth:`Cache.close` replaces it.)
+    On the class it is the Python definition, with its documentation.
+    """
+
+    def __init__(self, func: Callable[..., Any], method: str) -> None:
+        self.func = func
+        self.method = method
+        self.__name__ = func.__name__
+        self.__qualname__ = func.__qualname__
+        self.__module__ = func.__module__
+        self.__doc__ = func.__doc__
+        self.__wrapped__ = func
+
+    def __get__(self, obj: Cache | None, objtype: type | None = None) -> Any:
+        if obj is None:
+            return self.func
+        bound = getattr(obj._native, self.method)
+        obj.__dict__[self.__name__] = bound
+        return bound
+
+
+def _prepared(obj: Cache, key: tuple[Any, ...]) -> _Prepared:
+    """The preparation of the options in ``key`` (a Cache's options, then the
+    default directory), from _PREPARED or made (``obj``: the Cache opened)."""
+    global _LAST
+    try:
+        prepared = _PREPARED[key]
+    except KeyError:
+        prepared = _prepare(obj, *key[:-1])
+        if len(_PREPARED) >= _PREPARED_MAX:
+            _PREPARED.clear()
+        _PREPARED[key] = prepared
+    except TypeError:  # an unhashable option (a serializer object...)
+        return _prepare(obj, *key[:-1])
+    _LAST = (key, prepared)
+    return prepared
+
+
+def _signed_class(obj: Cache, signed: bool) -> type[Cache]:
+    """The class ``obj`` takes when it is a :class:`SignedCache` and the
+    options say otherwise, or the reverse: ``Cache(signing_key=...)`` is a
+    :class:`SignedCache`; anything else is an error."""
+    if signed and type(obj) is Cache:
+        return SignedCache
+    raise ConfigurationError("SignedCache needs a signing_key; Cache(...) picks the class")
 
 
 def _prepare(
+    obj: Cache,
     name: str | None,
     path: str | os.PathLike[str] | None,
     size: Size | None,
@@ -219,7 +335,8 @@ def _prepare(
     spill_threshold: Size | None,
     spill_budget: Size | None,
 ) -> _Prepared:
-    """Parse and check a Cache's options (see :class:`Cache`)."""
+    """Parse and check a Cache's options (see :class:`Cache`); ``obj`` is the
+    Cache being opened (its class is checked before the engine's options)."""
     if name is not None and path is not None:
         raise ConfigurationError("pass a cache name or path=, not both")
     if path is None:
@@ -257,6 +374,8 @@ def _prepare(
         compress_threshold=compress_threshold,
         signing_key=signing_key,
     )
+    if codec.signed is not isinstance(obj, SignedCache):
+        _signed_class(obj, codec.signed)
     counters = _DecodeCounters()
     options: dict[str, Any] = {
         "path": file_path,
@@ -279,28 +398,33 @@ def _prepare(
         direct_types = _DIRECT_TYPES_COMPRESSED
     else:
         direct_types = _DIRECT_TYPES
-    native_options = {
-        "default_ttl_ms": default_ttl_ms,
-        "prefix": prefix_bytes,
-        "allow_foreign_owner": allow_foreign_owner,
-        "lock_timeout_ms": lock_timeout_ms,
-        "on_lock_timeout": on_lock_timeout,
-        "spill_threshold": spill_threshold_bytes,
-        "spill_budget": spill_budget_bytes,
-        # Signed caches verify every entry themselves (SignedCache).
-        "decoder": None if codec.signed else _make_decoder(codec, counters),
-    }
-    return _Prepared(
-        name=name,
-        file_path=file_path,
-        size=size_bytes,
-        shards=shards,
-        codec=codec,
+    # The engine's options, checked here once; each open then parses nothing.
+    # Without a size an existing file is opened as it is, and a missing one
+    # created with DEFAULT_SIZE.
+    opener = _native.Opener(
+        file_path,
+        0 if size_bytes is None else size_bytes,
+        shards,
+        default_ttl_ms=default_ttl_ms,
         prefix=prefix_bytes,
-        options=options,
-        counters=counters,
-        direct_types=direct_types,
-        native_options=native_options,
+        allow_foreign_owner=allow_foreign_owner,
+        # Signed caches verify every entry themselves (SignedCache).
+        decoder=None if codec.signed else _make_decoder(codec, counters),
+        lock_timeout_ms=lock_timeout_ms,
+        on_lock_timeout=on_lock_timeout,
+        spill_threshold=spill_threshold_bytes,
+        spill_budget=spill_budget_bytes,
+        size_if_missing=DEFAULT_SIZE if size_bytes is None else 0,
+    )
+    return _Prepared(
+        name,
+        codec,
+        prefix_bytes,
+        options,
+        counters,
+        direct_types,
+        opener.open,
+        _ClosedEngine(file_path),
     )
 
 
@@ -369,11 +493,6 @@ class Cache:
     (42, True, 42, False)
     """
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> Cache:
-        if cls is Cache and kwargs.get("signing_key") is not None:
-            cls = SignedCache
-        return object.__new__(cls)
-
     def __init__(
         self,
         name: str | None = None,
@@ -395,7 +514,11 @@ class Cache:
         spill_threshold: Size | None = None,
         spill_budget: Size | None = None,
     ) -> None:
-        args = (
+        # Opening per request is a pattern the seeds measure: options already
+        # parsed once in this process are not parsed again (the cache of
+        # preparations is keyed by every option and the default directory),
+        # and the engine's options are not parsed again either.
+        key: Any = (
             name,
             path,
             size,
@@ -411,83 +534,42 @@ class Cache:
             on_lock_timeout,
             spill_threshold,
             spill_budget,
+            _directory_name() if path is None else None,
         )
-        # Opening per request is a pattern the seeds measure: options already
-        # parsed once in this process are not parsed again (the cache of
-        # preparations is keyed by every option and the default directory).
-        key: Any = (args, default_directory() if path is None else None)
-        try:
-            prepared = _PREPARED.get(key)
-        except TypeError:  # an unhashable option (a serializer object...)
-            key, prepared = None, None
-        if prepared is None:
-            prepared = _prepare(*args)
-            if key is not None:
-                if len(_PREPARED) >= _PREPARED_MAX:
-                    _PREPARED.clear()
-                _PREPARED[key] = prepared
-        codec = prepared.codec
-        if codec.signed is not isinstance(self, SignedCache):
-            raise ConfigurationError("SignedCache needs a signing_key; Cache(...) picks the class")
-        self._codec = codec
-        self._name = prepared.name
-        self._prefix = prepared.prefix
-        self._options = prepared.options
-        self._counters = prepared.counters
-        self._native = self._open(
-            prepared.file_path,
-            prepared.size,
-            prepared.shards,
-            recreate=recreate,
-            create=create,
-            **prepared.native_options,
-        )
-        native = self._native
-        # Bound methods of the engine, looked up once: the hot paths below are
-        # a couple of Python operations around one native call.
-        # Typed as plain callables: int keys are passed on purpose and make the
-        # engine raise TypeError, which sends the call down the slow path.
-        self._get_typed: Callable[..., Any] = native.get_typed
-        self._set_typed: Callable[..., None] = native.set_typed
-        self._add_typed: Callable[..., bool] = native.add_typed
-        self._pop_typed: Callable[..., Any] = native.pop_typed
-        self._delete: Callable[..., bool] = native.delete
-        self._contains: Callable[..., bool] = native.contains
-        self._direct_types = prepared.direct_types
-        if not codec.signed:
-            # The hot read paths are the engine's methods themselves: no
-            # Python frame between the caller and the shared memory.
+        last = _LAST
+        prepared: _Prepared = last[1] if key == last[0] else _prepared(self, key)
+        if (type(self) is not Cache or prepared.signed) and (
+            prepared.signed is not isinstance(self, SignedCache)
+        ):
+            self.__class__ = _signed_class(self, prepared.signed)
+        self._prepared = prepared
+        self._native = native = prepared.open(recreate, create)
+        if not prepared.signed:
+            # The hot read path is the engine's method itself: no Python
+            # frame between the caller and the shared memory.  (pop too, but
+            # bound when first used: see _EngineMethod.)
             self.get = native.get_typed  # type: ignore[method-assign]
-            self.pop = native.pop_typed  # type: ignore[method-assign]
+
+    # The other paths are a couple of Python operations around one call of
+    # the engine's method (self._native.method(...): cheaper than keeping
+    # bound methods, and nothing to bind at each open).
 
     @property
     def signature_failures(self) -> int:
         """Entries of this process's reads rejected by their signature."""
-        return self._counters.signature_failures
+        return self._prepared.counters.signature_failures
 
     @property
     def decode_errors(self) -> int:
         """Entries of this process's reads that could not be decoded."""
-        return self._counters.decode_errors
-
-    @staticmethod
-    def _open(path: str, size: int | None, shards: int, **options: Any) -> _native.NativeCache:
-        if size is not None:
-            return _native.NativeCache(path, size, shards, **options)
-        create = options.pop("create")
-        try:  # the file usually exists: one call, no separate stat
-            return _native.NativeCache(path, 0, shards, create=False, **options)
-        except CacheNotFoundError:
-            if not create:
-                raise
-        return _native.NativeCache(path, DEFAULT_SIZE, shards, create=True, **options)
+        return self._prepared.counters.decode_errors
 
     # ------------------------------------------------------------------ properties
 
     @property
     def name(self) -> str:
         """The cache's name (the file name when opened by path)."""
-        return self._name
+        return self._prepared.name
 
     @property
     def path(self) -> str:
@@ -529,17 +611,17 @@ class Cache:
     @property
     def prefix(self) -> bytes:
         """The key namespace prefix (``b""`` for none)."""
-        return self._prefix
+        return self._prepared.prefix
 
     @property
     def serializer(self) -> Serializer:
         """The serializer used for non-native values."""
-        return self._codec.serializer
+        return self._prepared.codec.serializer
 
     @property
     def codec(self) -> ValueCodec:
         """The value codec (serializer, compression, signing)."""
-        return self._codec
+        return self._prepared.codec
 
     @property
     def closed(self) -> bool:
@@ -569,7 +651,7 @@ class Cache:
         # Unsigned caches replace this method on the instance by the engine's
         # own typed get (same signature and result), which decodes native
         # types itself and calls this cache's decoder for the rest.
-        return self._get_typed(key, default)
+        return self._native.get_typed(key, default)
 
     def __getitem__(self, key: Key) -> Any:
         """``cache[key]``: the value, or :class:`KeyError` on a miss."""
@@ -585,9 +667,9 @@ class Cache:
         fails verification is still a miss for :meth:`get`.
         """
         try:
-            return self._contains(key)
+            return self._native.contains(key)  # type: ignore[arg-type]
         except TypeError:
-            return self._contains(native_key(key))
+            return self._native.contains(native_key(key))
 
     def get_many(self, keys: Iterable[Key]) -> dict[Key, Any]:
         """Return ``{key: value}`` for the keys that hit (misses are left out).
@@ -646,16 +728,16 @@ class Cache:
             if ttl_ms == -1:
                 self.delete(key)
                 return
-        if value.__class__ in self._direct_types:
+        if value.__class__ in self._prepared.direct_types:
             try:
-                self._set_typed(key, value, ttl_ms)
+                self._native.set_typed(key, value, ttl_ms)
                 return
             except TypeError:
                 pass  # an int key: the engine takes str/bytes only
             except OverflowError:
                 pass  # an int beyond 64 bits: serialize it
         nkey = native_key(key)
-        flags, payload = self._codec.encode(value, self._signed_key(nkey))
+        flags, payload = self._prepared.codec.encode(value, self._signed_key(nkey))
         self._native.set(nkey, payload, ttl_ms, flags)
 
     def __setitem__(self, key: Key, value: Any) -> None:
@@ -682,13 +764,13 @@ class Cache:
         ttl_ms = _ttl_ms(ttl, expire_at)
         if ttl_ms == -1:
             return False
-        if value.__class__ in self._direct_types:
+        if value.__class__ in self._prepared.direct_types:
             try:
-                return self._add_typed(key, value, ttl_ms)
+                return self._native.add_typed(key, value, ttl_ms)
             except (TypeError, OverflowError):
                 pass
         nkey = native_key(key)
-        flags, payload = self._codec.encode(value, self._signed_key(nkey))
+        flags, payload = self._prepared.codec.encode(value, self._signed_key(nkey))
         return self._native.add(nkey, payload, ttl_ms, flags)
 
     def replace(
@@ -703,7 +785,7 @@ class Cache:
         nkey = native_key(key)
         if ttl_ms == -1:
             return self._native.delete(nkey)
-        flags, payload = self._codec.encode(value, self._signed_key(nkey))
+        flags, payload = self._prepared.codec.encode(value, self._signed_key(nkey))
         return self._native.replace(nkey, payload, ttl_ms, flags)
 
     def set_many(
@@ -725,7 +807,7 @@ class Cache:
         if ttl_ms == -1:
             self.delete_many([key for key, _ in pairs])
             return
-        encode = self._codec.encode
+        encode = self._prepared.codec.encode
         signed_key = self._signed_key
         items: list[tuple[Key, bytes, int]] = []
         for key, value in pairs:
@@ -814,9 +896,9 @@ class Cache:
     def delete(self, key: Key) -> bool:
         """Remove ``key``; return whether it was present."""
         try:
-            return self._delete(key)
+            return self._native.delete(key)
         except TypeError:
-            return self._delete(native_key(key))
+            return self._native.delete(native_key(key))
 
     def __delitem__(self, key: Key) -> None:
         """``del cache[key]``: :class:`KeyError` if it was absent."""
@@ -835,7 +917,12 @@ class Cache:
         >>> c.pop("k"), c.pop("k", "gone")
         ((1, 'one'), 'gone')
         """
-        return self._pop_typed(key, default)
+        # Unsigned caches use the engine's own pop_typed instead (see
+        # _EngineMethod below), as for get.
+        return self._native.pop_typed(key, default)
+
+    if not TYPE_CHECKING:
+        pop = _EngineMethod(pop, "pop_typed")
 
     def delete_many(self, keys: Iterable[Key]) -> int:
         """Remove several keys; return how many were present.
@@ -902,13 +989,13 @@ class Cache:
         if native.closed:
             return
         native.close()
-        closed: Any = _ClosedEngine(self._options["path"])
+        # Every reference to the engine is replaced by a stand-in that raises
+        # CacheClosedError.
+        prepared = self._prepared
+        closed: Any = prepared.closed
         self._native = closed
-        fail = _ClosedEngine.fail
-        self._get_typed = self._set_typed = self._add_typed = fail
-        self._pop_typed = self._delete = self._contains = fail
-        if not self._codec.signed:
-            self.get = self.pop = fail  # type: ignore[method-assign]
+        if not prepared.signed:
+            self.get = self.pop = _FAIL  # type: ignore[method-assign]
 
     def __enter__(self) -> Cache:
         return self
@@ -923,15 +1010,15 @@ class Cache:
 
     def __repr__(self) -> str:
         if self._native.closed:
-            return f"<{type(self).__name__} {self._name!r} closed>"
+            return f"<{type(self).__name__} {self.name!r} closed>"
         return (
-            f"<{type(self).__name__} {self._name!r} path={self.path!r} "
+            f"<{type(self).__name__} {self.name!r} path={self.path!r} "
             f"size={format_size(self.capacity)!r} shards={self.shard_count}>"
         )
 
     def __reduce__(self) -> tuple[Callable[..., Cache], tuple[dict[str, Any]]]:
         """Pickling a cache (e.g. to a spawned process) reopens the same file."""
-        return (_reopen, (dict(self._options),))
+        return (_reopen, (dict(self._prepared.options),))
 
     # ---------------------------------------------------------- decorators, locks
 
@@ -1057,15 +1144,15 @@ class SignedCache(Cache):
 
     def _decode_signed(self, nkey: Key, flags: int, payload: bytes, default: Any) -> Any:
         try:
-            return self._codec.decode(flags, payload, self._signed_key(nkey))
+            return self._prepared.codec.decode(flags, payload, self._signed_key(nkey))
         except SignatureError:
-            self._counters.signature_failures += 1
+            self._prepared.counters.signature_failures += 1
         except EntryRejected:
-            self._counters.decode_errors += 1
+            self._prepared.counters.decode_errors += 1
         return default
 
     def _signed_key(self, nkey: Key) -> bytes:
-        return self._prefix + encode_key(nkey)
+        return self._prepared.prefix + encode_key(nkey)
 
 
 def _reopen(options: dict[str, Any]) -> Cache:

@@ -437,26 +437,45 @@ impl NativeCache {
     }
 }
 
-#[pymethods]
-impl NativeCache {
-    #[new]
-    #[pyo3(signature = (path, size, shards=0, *, default_ttl_ms=0, prefix=Vec::new(), recreate=false, allow_foreign_owner=false, create=true, decoder=None, lock_timeout_ms=50.0, on_lock_timeout="raise", spill_threshold=None, spill_budget=None))]
+/// A NativeCache's options, parsed and checked once: opens handles on its
+/// file with no argument parsing. Python's `Cache` keeps one per set of
+/// options, so that opening the same cache again (per request) costs the
+/// engine's open and little more.
+///
+/// It holds no file, descriptor or mapping: every `open` is a full open of
+/// the path, as `NativeCache(...)` makes it (a file replaced or removed
+/// meanwhile is noticed there).
+#[pyclass(frozen, module = "nearcache._native")]
+struct Opener {
+    path: std::path::PathBuf,
+    /// `create` and `recreate` are set by each open.
+    opts: OpenOptions,
+    /// With no size: the size of the file created when none exists (the
+    /// open first looks for an existing file, as `create=False` does).
+    size_if_missing: Option<usize>,
+    prefix: Vec<u8>,
+    default_ttl_ms: u64,
+    decoder: Option<Py<PyAny>>,
+    skip_lock_timeouts: bool,
+}
+
+impl Opener {
+    /// Check the arguments (every check of `NativeCache(...)`, same errors).
     #[allow(clippy::too_many_arguments)]
-    fn new(
+    fn checked(
         py: Python<'_>,
         path: std::path::PathBuf,
         size: i64,
         shards: i64,
         default_ttl_ms: i64,
         prefix: Vec<u8>,
-        recreate: bool,
         allow_foreign_owner: bool,
-        create: bool,
         decoder: Option<Bound<'_, PyAny>>,
         lock_timeout_ms: f64,
         on_lock_timeout: &str,
         spill_threshold: Option<u64>,
         spill_budget: Option<u64>,
+        size_if_missing: i64,
     ) -> PyResult<Self> {
         let skip_lock_timeouts = match on_lock_timeout {
             "raise" => false,
@@ -484,6 +503,13 @@ impl NativeCache {
         if size < 0 {
             return Err(raise(py, &INVALID, format!("size must be >= 0, got {size}")));
         }
+        if size_if_missing < 0 {
+            return Err(raise(
+                py,
+                &INVALID,
+                format!("size_if_missing must be >= 0, got {size_if_missing}"),
+            ));
+        }
         if !(0..=65536).contains(&shards) {
             return Err(raise(
                 py,
@@ -501,22 +527,149 @@ impl NativeCache {
         let opts = OpenOptions {
             size: if size == 0 { None } else { Some(size as usize) },
             shards: shards as usize,
-            create,
-            recreate,
             allow_foreign_owner,
             lock_timeout: std::time::Duration::from_secs_f64(lock_timeout_ms / 1000.0),
             spill_threshold: spill_threshold.map(|t| t.min(usize::MAX as u64) as usize),
             spill_budget: spill_budget.unwrap_or(nearcache_core::file::DEFAULT_SPILL_BUDGET),
             ..OpenOptions::default()
         };
-        let inner = Cache::open(&path, &opts).or_py(py)?;
-        Ok(NativeCache {
-            inner,
+        Ok(Opener {
+            path,
+            size_if_missing: (size == 0 && size_if_missing > 0).then_some(size_if_missing as usize),
+            opts,
             prefix,
             default_ttl_ms: default_ttl_ms as u64,
             decoder: decoder.map(Bound::unbind),
             skip_lock_timeouts,
         })
+    }
+
+    /// Open the file: a full open, every time.
+    fn open_native(&self, py: Python<'_>, recreate: bool, create: bool) -> PyResult<NativeCache> {
+        let mut opts = self.opts.clone();
+        opts.recreate = recreate;
+        let inner = match self.size_if_missing {
+            // The file usually exists: one open, no separate stat.
+            Some(size) => {
+                opts.create = false;
+                match Cache::open(&self.path, &opts) {
+                    Err(CoreError::Io { ref source, .. })
+                        if create && source.kind() == std::io::ErrorKind::NotFound =>
+                    {
+                        opts.size = Some(size);
+                        opts.create = true;
+                        Cache::open(&self.path, &opts)
+                    }
+                    r => r,
+                }
+            }
+            None => {
+                opts.create = create;
+                Cache::open(&self.path, &opts)
+            }
+        }
+        .or_py(py)?;
+        Ok(NativeCache {
+            inner,
+            prefix: self.prefix.clone(),
+            default_ttl_ms: self.default_ttl_ms,
+            decoder: self.decoder.as_ref().map(|d| d.clone_ref(py)),
+            skip_lock_timeouts: self.skip_lock_timeouts,
+        })
+    }
+}
+
+#[pymethods]
+impl Opener {
+    #[new]
+    #[pyo3(signature = (path, size, shards=0, *, default_ttl_ms=0, prefix=Vec::new(), allow_foreign_owner=false, decoder=None, lock_timeout_ms=50.0, on_lock_timeout="raise", spill_threshold=None, spill_budget=None, size_if_missing=0))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        path: std::path::PathBuf,
+        size: i64,
+        shards: i64,
+        default_ttl_ms: i64,
+        prefix: Vec<u8>,
+        allow_foreign_owner: bool,
+        decoder: Option<Bound<'_, PyAny>>,
+        lock_timeout_ms: f64,
+        on_lock_timeout: &str,
+        spill_threshold: Option<u64>,
+        spill_budget: Option<u64>,
+        size_if_missing: i64,
+    ) -> PyResult<Self> {
+        Opener::checked(
+            py,
+            path,
+            size,
+            shards,
+            default_ttl_ms,
+            prefix,
+            allow_foreign_owner,
+            decoder,
+            lock_timeout_ms,
+            on_lock_timeout,
+            spill_threshold,
+            spill_budget,
+            size_if_missing,
+        )
+    }
+
+    /// A new handle on the file, opened as `NativeCache(...)` with these
+    /// options opens it.
+    #[pyo3(signature = (recreate=false, create=true))]
+    fn open(&self, py: Python<'_>, recreate: bool, create: bool) -> PyResult<NativeCache> {
+        self.open_native(py, recreate, create)
+    }
+
+    #[getter]
+    fn path(&self) -> String {
+        self.path.to_string_lossy().into_owned()
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Opener(path={:?})", self.path)
+    }
+}
+
+#[pymethods]
+impl NativeCache {
+    #[new]
+    #[pyo3(signature = (path, size, shards=0, *, default_ttl_ms=0, prefix=Vec::new(), recreate=false, allow_foreign_owner=false, create=true, decoder=None, lock_timeout_ms=50.0, on_lock_timeout="raise", spill_threshold=None, spill_budget=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        path: std::path::PathBuf,
+        size: i64,
+        shards: i64,
+        default_ttl_ms: i64,
+        prefix: Vec<u8>,
+        recreate: bool,
+        allow_foreign_owner: bool,
+        create: bool,
+        decoder: Option<Bound<'_, PyAny>>,
+        lock_timeout_ms: f64,
+        on_lock_timeout: &str,
+        spill_threshold: Option<u64>,
+        spill_budget: Option<u64>,
+    ) -> PyResult<Self> {
+        Opener::checked(
+            py,
+            path,
+            size,
+            shards,
+            default_ttl_ms,
+            prefix,
+            allow_foreign_owner,
+            decoder,
+            lock_timeout_ms,
+            on_lock_timeout,
+            spill_threshold,
+            spill_budget,
+            0,
+        )?
+        .open_native(py, recreate, create)
     }
 
     #[getter]
@@ -983,6 +1136,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MISSING", &sentinel)?;
     let _ = MISSING.set(py, sentinel.unbind());
     m.add_class::<NativeCache>()?;
+    m.add_class::<Opener>()?;
     m.add_function(wrap_pyfunction!(default_directory, m)?)?;
     m.add("FLAG_BYTES", FLAG_BYTES)?;
     m.add("FLAG_STR", FLAG_STR)?;
