@@ -207,7 +207,9 @@ impl Cache {
             spill_budget: opts.spill_budget,
             allow_foreign_owner: opts.allow_foreign_owner,
             spill: OnceLock::new(),
-            spill_hand: AtomicUsize::new(std::process::id() as usize),
+            // Where the spill sweeps start: this process's id (cached, so
+            // opening costs no getpid).
+            spill_hand: AtomicUsize::new(crate::lock::my_pid() as usize),
         };
         if first_here && !matches!(cache.map.how, file::Attach::Shared) {
             // Alone on the file: no other process can be between linking a

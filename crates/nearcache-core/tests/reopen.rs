@@ -216,6 +216,28 @@ fn same_error(tag: &str, o: OpenOptions, case: impl Fn(&TempDir) -> Box<dyn Fn()
 }
 
 #[test]
+fn a_directory_opened_to_others_refuses_new_files_and_keeps_the_mapped_one() {
+    let d = TempDir::new("dirmode");
+    let held = open(&d, "c", 1 << 20, 2);
+    held.set(b"k", b"v", 0, 0).unwrap();
+    drop(open(&d, "other", 1 << 20, 2)); // made while the directory is private
+    std::fs::set_permissions(&d.0, std::fs::Permissions::from_mode(0o777)).unwrap();
+    // The file this process mapped and checked: shared as it is.
+    let again = Cache::open(d.file("c"), &opts(1 << 20, 2)).unwrap();
+    assert_eq!(again.debug_mapping_address(), held.debug_mapping_address());
+    assert_eq!(again.get(b"k").unwrap().unwrap().data, b"v");
+    // A file swapped in through the open directory: refused.
+    std::fs::rename(d.file("other"), d.file("c")).unwrap();
+    let err = Cache::open(d.file("c"), &opts(1 << 20, 2)).map(|_| ()).unwrap_err();
+    assert!(format!("{err:?}").contains("world-writable"), "{err:?}");
+    // As is any file there once nothing maps it.
+    drop((held, again));
+    assert!(Cache::open(d.file("c"), &opts(1 << 20, 2)).is_err());
+    std::fs::set_permissions(&d.0, std::fs::Permissions::from_mode(0o700)).unwrap();
+    Cache::open(d.file("c"), &opts(1 << 20, 2)).unwrap();
+}
+
+#[test]
 fn incompatible_or_unsafe_opens_fail_as_before() {
     let none = || Box::new(|| {}) as Box<dyn Fn()>;
     same_error("size", opts(2 << 20, 2), |_| none());
@@ -225,13 +247,6 @@ fn incompatible_or_unsafe_opens_fail_as_before() {
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o666)).unwrap();
         Box::new(move || {
             std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap()
-        })
-    });
-    same_error("dirmode", opts(1 << 20, 2), |d| {
-        let p = d.0.clone();
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o777)).unwrap();
-        Box::new(move || {
-            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o700)).unwrap()
         })
     });
     same_error("extended", opts(1 << 20, 2), |d| {
