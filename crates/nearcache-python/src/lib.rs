@@ -460,9 +460,49 @@ struct Opener {
 }
 
 impl Opener {
-    /// Check the arguments (every check of `NativeCache(...)`, same errors).
+    /// Open the file: a full open, every time.
+    fn open_native(&self, py: Python<'_>, recreate: bool, create: bool) -> PyResult<NativeCache> {
+        let mut opts = self.opts.clone();
+        opts.recreate = recreate;
+        let inner = match self.size_if_missing {
+            // The file usually exists: one open, no separate stat.
+            Some(size) => {
+                opts.create = false;
+                match Cache::open(&self.path, &opts) {
+                    Err(CoreError::Io { ref source, .. })
+                        if create && source.kind() == std::io::ErrorKind::NotFound =>
+                    {
+                        opts.size = Some(size);
+                        opts.create = true;
+                        Cache::open(&self.path, &opts)
+                    }
+                    r => r,
+                }
+            }
+            None => {
+                opts.create = create;
+                Cache::open(&self.path, &opts)
+            }
+        }
+        .or_py(py)?;
+        Ok(NativeCache {
+            inner,
+            prefix: self.prefix.clone(),
+            default_ttl_ms: self.default_ttl_ms,
+            decoder: self.decoder.as_ref().map(|d| d.clone_ref(py)),
+            skip_lock_timeouts: self.skip_lock_timeouts,
+        })
+    }
+}
+
+#[pymethods]
+impl Opener {
+    /// Parse and check the options: every check of `NativeCache(...)`
+    /// (which builds through this), with the same errors.
+    #[new]
+    #[pyo3(signature = (path, size, shards=0, *, default_ttl_ms=0, prefix=Vec::new(), allow_foreign_owner=false, decoder=None, lock_timeout_ms=50.0, on_lock_timeout="raise", spill_threshold=None, spill_budget=None, size_if_missing=0))]
     #[allow(clippy::too_many_arguments)]
-    fn checked(
+    fn new(
         py: Python<'_>,
         path: std::path::PathBuf,
         size: i64,
@@ -544,78 +584,6 @@ impl Opener {
         })
     }
 
-    /// Open the file: a full open, every time.
-    fn open_native(&self, py: Python<'_>, recreate: bool, create: bool) -> PyResult<NativeCache> {
-        let mut opts = self.opts.clone();
-        opts.recreate = recreate;
-        let inner = match self.size_if_missing {
-            // The file usually exists: one open, no separate stat.
-            Some(size) => {
-                opts.create = false;
-                match Cache::open(&self.path, &opts) {
-                    Err(CoreError::Io { ref source, .. })
-                        if create && source.kind() == std::io::ErrorKind::NotFound =>
-                    {
-                        opts.size = Some(size);
-                        opts.create = true;
-                        Cache::open(&self.path, &opts)
-                    }
-                    r => r,
-                }
-            }
-            None => {
-                opts.create = create;
-                Cache::open(&self.path, &opts)
-            }
-        }
-        .or_py(py)?;
-        Ok(NativeCache {
-            inner,
-            prefix: self.prefix.clone(),
-            default_ttl_ms: self.default_ttl_ms,
-            decoder: self.decoder.as_ref().map(|d| d.clone_ref(py)),
-            skip_lock_timeouts: self.skip_lock_timeouts,
-        })
-    }
-}
-
-#[pymethods]
-impl Opener {
-    #[new]
-    #[pyo3(signature = (path, size, shards=0, *, default_ttl_ms=0, prefix=Vec::new(), allow_foreign_owner=false, decoder=None, lock_timeout_ms=50.0, on_lock_timeout="raise", spill_threshold=None, spill_budget=None, size_if_missing=0))]
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        py: Python<'_>,
-        path: std::path::PathBuf,
-        size: i64,
-        shards: i64,
-        default_ttl_ms: i64,
-        prefix: Vec<u8>,
-        allow_foreign_owner: bool,
-        decoder: Option<Bound<'_, PyAny>>,
-        lock_timeout_ms: f64,
-        on_lock_timeout: &str,
-        spill_threshold: Option<u64>,
-        spill_budget: Option<u64>,
-        size_if_missing: i64,
-    ) -> PyResult<Self> {
-        Opener::checked(
-            py,
-            path,
-            size,
-            shards,
-            default_ttl_ms,
-            prefix,
-            allow_foreign_owner,
-            decoder,
-            lock_timeout_ms,
-            on_lock_timeout,
-            spill_threshold,
-            spill_budget,
-            size_if_missing,
-        )
-    }
-
     /// A new handle on the file, opened as `NativeCache(...)` with these
     /// options opens it.
     #[pyo3(signature = (recreate=false, create=true))]
@@ -654,7 +622,7 @@ impl NativeCache {
         spill_threshold: Option<u64>,
         spill_budget: Option<u64>,
     ) -> PyResult<Self> {
-        Opener::checked(
+        Opener::new(
             py,
             path,
             size,
