@@ -71,6 +71,17 @@ fn wait_for(p: &Path) {
     }
 }
 
+/// Held by every test here: they run as threads of one process, and a
+/// `fork` (or the fork of a spawn, before its exec) in one test copies the
+/// descriptors of another test's cache file into the child, whose shared
+/// attach lock then makes that test's next open see the file as still in
+/// use ("shared" instead of "repaired" or "clean").
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// Child entry point: does nothing unless run as a child.
 #[test]
 fn child_main() {
@@ -88,6 +99,7 @@ fn child_main() {
 
 #[test]
 fn a_second_open_shares_the_mapping() {
+    let _serial = serial();
     let d = TempDir::new("share");
     let a = open(&d, "c", 1 << 20, 2);
     let b = open(&d, "c", 1 << 20, 2);
@@ -111,6 +123,7 @@ fn a_second_open_shares_the_mapping() {
 
 #[test]
 fn closing_or_dropping_one_handle_leaves_the_others_working() {
+    let _serial = serial();
     let d = TempDir::new("close-one");
     let a = open(&d, "c", 1 << 20, 2);
     let b = open(&d, "c", 1 << 20, 2);
@@ -135,6 +148,7 @@ fn closing_or_dropping_one_handle_leaves_the_others_working() {
 
 #[test]
 fn handles_shared_across_threads() {
+    let _serial = serial();
     let d = TempDir::new("threads");
     let first = open(&d, "c", 1 << 20, 4);
     let addr = first.debug_mapping_address();
@@ -163,6 +177,7 @@ fn handles_shared_across_threads() {
 
 #[test]
 fn a_file_replaced_at_the_path_is_opened_anew() {
+    let _serial = serial();
     let d = TempDir::new("replaced");
     let a = open(&d, "c", 1 << 20, 2);
     a.set(b"k", b"old", 0, 0).unwrap();
@@ -183,6 +198,7 @@ fn a_file_replaced_at_the_path_is_opened_anew() {
 
 #[test]
 fn recreate_goes_around_the_registry() {
+    let _serial = serial();
     let d = TempDir::new("recreate");
     let a = open(&d, "c", 1 << 20, 2);
     a.set(b"k", b"v", 0, 0).unwrap();
@@ -217,6 +233,7 @@ fn same_error(tag: &str, o: OpenOptions, case: impl Fn(&TempDir) -> Box<dyn Fn()
 
 #[test]
 fn a_directory_opened_to_others_refuses_new_files_and_keeps_the_mapped_one() {
+    let _serial = serial();
     let d = TempDir::new("dirmode");
     let held = open(&d, "c", 1 << 20, 2);
     held.set(b"k", b"v", 0, 0).unwrap();
@@ -239,6 +256,7 @@ fn a_directory_opened_to_others_refuses_new_files_and_keeps_the_mapped_one() {
 
 #[test]
 fn incompatible_or_unsafe_opens_fail_as_before() {
+    let _serial = serial();
     let none = || Box::new(|| {}) as Box<dyn Fn()>;
     same_error("size", opts(2 << 20, 2), |_| none());
     same_error("shards", opts(1 << 20, 4), |_| none());
@@ -276,6 +294,7 @@ fn incompatible_or_unsafe_opens_fail_as_before() {
 
 #[test]
 fn a_truncated_mapping_is_not_shared() {
+    let _serial = serial();
     let d = TempDir::new("truncated");
     let a = open(&d, "c", 1 << 20, 2);
     for i in 0..200 {
@@ -299,6 +318,7 @@ fn a_truncated_mapping_is_not_shared() {
 
 #[test]
 fn a_forked_child_maps_the_file_anew() {
+    let _serial = serial();
     let d = ShmDir::new("fork");
     let path = d.file("c");
     let a = Cache::open(&path, &opts(1 << 20, 2)).unwrap();
@@ -354,6 +374,7 @@ fn a_forked_child_maps_the_file_anew() {
 
 #[test]
 fn a_clean_detach_lets_the_next_lone_opener_skip_the_repair() {
+    let _serial = serial();
     let d = ShmDir::new("clean");
     let path = d.file("c");
     let expect = if d.on_tmpfs() { "clean" } else { "repaired" };
@@ -376,6 +397,7 @@ fn a_clean_detach_lets_the_next_lone_opener_skip_the_repair() {
 
 #[test]
 fn another_process_that_detached_cleanly_keeps_the_detach_clean() {
+    let _serial = serial();
     let d = ShmDir::new("two-clean");
     let path = d.file("c");
     drop(Cache::open(&path, &opts(1 << 20, 2)).unwrap());
@@ -397,6 +419,7 @@ fn another_process_that_detached_cleanly_keeps_the_detach_clean() {
 
 #[test]
 fn a_process_that_died_attached_makes_the_next_lone_opener_repair() {
+    let _serial = serial();
     let d = ShmDir::new("died");
     let path = d.file("c");
     drop(Cache::open(&path, &opts(1 << 20, 2)).unwrap());
@@ -417,6 +440,7 @@ fn a_process_that_died_attached_makes_the_next_lone_opener_repair() {
 
 #[test]
 fn a_damaged_shard_is_refused_then_repaired_by_the_next_lone_opener() {
+    let _serial = serial();
     let d = ShmDir::new("damaged");
     let path = d.file("c");
     let a = Cache::open(&path, &opts(1 << 20, 2)).unwrap();
