@@ -34,8 +34,10 @@
 //!   arena from oldest to newest, clearing the "visited" bit that a hit
 //!   sets and evicting the first unvisited entries, until a fraction of the
 //!   shard is free. Survivors slide down in order (memmove, no scratch
-//!   buffer) and the index is rebuilt from the entries' keys, hashed again
-//!   with the file's seed (entries do not store their hash: 8 bytes each).
+//!   buffer) and the index is rebuilt from the 31-bit tags the entries
+//!   store (the tag gives the home slot): no key is read or hashed. Only
+//!   crash repair, `check` and the eviction of spilled values hash keys
+//!   again, with the file's seed (entries do not store their hash).
 //! * Nothing read from shared memory is trusted: every slot offset, entry
 //!   length and bump value is checked against the shard's geometry before
 //!   it is used. A failed check resets the shard (counted in `corruptions`).
@@ -1835,10 +1837,8 @@ impl<'a> ShardGuard<'a> {
                 live += 1;
                 live_bytes += e.size as u64;
                 // The index must lead to exactly this entry.
-                let mut key = vec![0u8; e.key_len];
-                // SAFETY: key bytes inside the checked entry.
-                unsafe { self.shard.copy_out(off + ENTRY_HEADER, key.as_mut_ptr(), e.key_len) };
-                let hash = hash_key(self.shard.seed, &key);
+                let mut key = Vec::new();
+                let hash = self.entry_hash(&e, &mut key);
                 if e.tag != tag_of(hash) {
                     return Err(format!("entry at {off} stores the wrong tag"));
                 }
