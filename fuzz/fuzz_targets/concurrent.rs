@@ -78,7 +78,7 @@ fn scribble(raws: &[Raw]) {
             let shard = (next() as usize) % g.shard_count;
             let base = HEADER_SIZE + shard * g.shard_size;
             let off = match next() % 3 {
-                0 => 64 + 8 * (next() as usize % ((SHARD_HEADER_SIZE - 64) / 8)),
+                0 => 8 + 8 * (next() as usize % ((SHARD_HEADER_SIZE - 8) / 8)),
                 1 => SHARD_HEADER_SIZE + 8 * (next() as usize % g.slots_per_shard),
                 _ => g.arena_offset() + 8 * (next() as usize % (g.arena_size() / 8)),
             };

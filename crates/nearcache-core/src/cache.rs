@@ -1057,8 +1057,8 @@ impl Cache {
 
     /// Counters per shard. Hits and misses are counted per CPU for the
     /// whole file, not per shard (a get writes no shard word): a shard's
-    /// `hits` and `misses` hold only what older engines counted in it, and
-    /// [`Cache::stats`] adds the file's counters.
+    /// `hits` and `misses` are 0, and [`Cache::stats`] adds the file's
+    /// counters.
     pub fn shard_stats(&self) -> Result<Vec<ShardStats>> {
         self.live()?;
         Ok(self.shards.iter().map(|s| s.stats_unlocked()).collect())

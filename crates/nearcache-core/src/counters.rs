@@ -19,10 +19,7 @@
 //! stripe = [hits u64][misses u64][unused, to 128 bytes]
 //! ```
 //!
-//! Files written before the stripes existed hold zeros there (the header
-//! page was zeroed at creation and the bytes were never used), and their
-//! per-shard `sh::HITS`/`sh::MISSES` words keep what was counted before:
-//! totals add both. The words come from shared memory, so sums wrap.
+//! The words come from shared memory, so sums wrap.
 
 use crate::layout::{fh, HEADER_SIZE};
 use std::sync::atomic::{AtomicU64, Ordering};

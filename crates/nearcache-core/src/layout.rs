@@ -35,13 +35,15 @@ pub const MAGIC: [u8; 8] = *b"NEARCACH";
 /// Version 3: the header checksum covers the lazy flag. Version 4: SIEVE's
 /// visited mark lives in the slot (31-bit tags), not in the entry; 20-byte
 /// entry headers. Version 5: an index of any multiple of 8 slots, its home
-/// slots the tag scaled to the slot count (`hash::home_slot`).
-pub const LAYOUT_VERSION: u32 = 5;
+/// slots the tag scaled to the slot count (`hash::home_slot`). Version 6:
+/// the shard header grouped by writer (see `sh`); `seq` moves only when
+/// entries move, and gets validate the slot they read.
+pub const LAYOUT_VERSION: u32 = 6;
 /// Size of the file header; shards start here, page-aligned.
 pub const HEADER_SIZE: usize = 4096;
 /// Shard sizes are multiples of this.
 pub const PAGE: usize = 4096;
-/// Bytes of a shard header (mutex, counters, statistics).
+/// Bytes of a shard header (lock, counters, statistics): four cache lines.
 pub const SHARD_HEADER_SIZE: usize = 256;
 /// Bytes of an entry header. Of the key's hash only the 31-bit tag is
 /// stored (a compaction rebuilds the index from the tags: the tag gives
@@ -125,27 +127,61 @@ pub mod fh {
 }
 
 /// Offsets of the shard header fields (u64 each unless noted).
+///
+/// The header is four cache lines, grouped by who writes them, so that a
+/// get without the lock reads only a line that ordinary writes leave alone:
+///
+/// ```text
+/// line 0   written by every write, by the lock holder: the lock word, the
+///          write marker, the bump pointer and the per-write counters
+/// line 1   read by every optimistic get; written only when entries move
+///          (compaction, reset, repair) or the shard grows: seq, magic,
+///          reserved arena, active slots
+/// line 2   written by compactions and deletes
+/// line 3   written rarely (repairs, lock timeouts)
+/// ```
 pub mod sh {
-    /// The lock word (a u32; MUTEX_BYTES bytes are reserved).
+    /// The lock word (a u32; the rest of its 8 bytes is unused).
     pub const MUTEX: usize = 0;
-    /// Odd while the shard is being changed; a dead owner with an odd seq
-    /// left the shard half-written and it is reset.
-    pub const SEQ: usize = 64;
+    /// Nonzero while the lock holder is changing the shard (any write): a
+    /// dead owner that left it set left the shard half-written, and the
+    /// next locker repairs it.
+    pub const WRITING: usize = 8;
     /// End of the used part of the arena (bump pointer).
-    pub const BUMP: usize = 72;
+    pub const BUMP: usize = 16;
     /// Bytes of live entries in the arena.
-    pub const LIVE_BYTES: usize = 80;
+    pub const LIVE_BYTES: usize = 24;
     /// Live entries.
-    pub const ITEMS: usize = 88;
+    pub const ITEMS: usize = 32;
     /// Slots that are not empty (live + tombstones).
-    pub const SLOTS_USED: usize = 96;
+    pub const SLOTS_USED: usize = 40;
     /// Tombstone slots.
-    pub const TOMBSTONES: usize = 104;
+    pub const TOMBSTONES: usize = 48;
+    pub const SETS: usize = 56;
+    /// Odd while a write moves or rewrites bytes that a published slot may
+    /// lead to (compactions, resets, repairs, in-place counter updates, a
+    /// growing index): optimistic readers validate against it. Appends,
+    /// overwrites and deletes leave it alone (see `shard.rs`).
+    pub const SEQ: usize = 64;
+    /// SHARD_MAGIC, written when the shard is initialised. Checked before
+    /// every lock and every optimistic get: a shard header zeroed or
+    /// overwritten behind our back (file truncated and extended again,
+    /// say) no longer holds a lock word that the engine wrote.
+    pub const MAGIC: usize = 72;
+    /// Lazy files only: bytes of the arena reserved in the file (from the
+    /// arena's start), the high-water mark of growth. Only raised, under
+    /// the lock, after the space was reserved. 0 in preallocated files.
+    pub const ARENA_RESERVED: usize = 80;
+    /// Lazy files only: slots of the index in use (`initial_active_slots`,
+    /// doubled up to `slots_per_shard`); the index words up to
+    /// there are reserved, the rest of the index is a hole never touched.
+    /// 0 in preallocated files.
+    pub const ACTIVE_SLOTS: usize = 88;
     /// SIEVE hand: arena offset where the next eviction scan starts.
-    pub const HAND: usize = 112;
-    pub const HITS: usize = 120;
-    pub const MISSES: usize = 128;
-    pub const SETS: usize = 136;
+    pub const HAND: usize = 128;
+    /// Nonzero while a write that moves or clears entries (compaction,
+    /// reset) runs: a holder that dies then leaves nothing to salvage.
+    pub const REWRITING: usize = 136;
     pub const DELETES: usize = 144;
     pub const EVICTIONS: usize = 152;
     pub const EXPIRATIONS: usize = 160;
@@ -153,29 +189,12 @@ pub mod sh {
     pub const COMPACTIONS: usize = 176;
     /// Set by the first process that saw this shard's data fail a check.
     pub const CORRUPTIONS: usize = 184;
-    /// SHARD_MAGIC, written when the mutex is initialised. Checked before
-    /// every lock: a shard header zeroed or overwritten behind our back
-    /// (file truncated and extended again, say) no longer holds a robust,
-    /// process-shared mutex, and locking it could lose wake-ups forever.
-    pub const MAGIC: usize = 192;
     /// Lock waits that ran out of time (updated atomically, without the lock).
-    pub const LOCK_TIMEOUTS: usize = 200;
-    /// Nonzero while a write that moves or clears entries (compaction,
-    /// reset) runs: a holder that dies then leaves nothing to salvage.
-    pub const REWRITING: usize = 208;
+    pub const LOCK_TIMEOUTS: usize = 192;
     /// Repairs after a holder died mid-write that kept the complete entries.
-    pub const SALVAGES: usize = 216;
+    pub const SALVAGES: usize = 200;
     /// Entries dropped by repairs and resets after a crash or corruption.
-    pub const ENTRIES_LOST: usize = 224;
-    /// Lazy files only: bytes of the arena reserved in the file (from the
-    /// arena's start), the high-water mark of growth. Only raised, under
-    /// the lock, after the space was reserved. 0 in preallocated files.
-    pub const ARENA_RESERVED: usize = 232;
-    /// Lazy files only: slots of the index in use (`initial_active_slots`,
-    /// doubled up to `slots_per_shard`); the index words up to
-    /// there are reserved, the rest of the index is a hole never touched.
-    /// 0 in preallocated files.
-    pub const ACTIVE_SLOTS: usize = 240;
+    pub const ENTRIES_LOST: usize = 208;
 }
 
 /// Value of `sh::MAGIC` in every initialised shard ("NCSHARD1").
@@ -213,8 +232,10 @@ pub const TOMBSTONE: u64 = u64::MAX;
 /// `Shard::mark_visited`). Tags are 31 bits: this bit is never part of one.
 pub const SLOT_VISITED: u64 = 1 << 63;
 
-const _: () = assert!(MUTEX_BYTES <= sh::SEQ);
-const _: () = assert!(sh::ACTIVE_SLOTS + 8 <= SHARD_HEADER_SIZE);
+const _: () = assert!(MUTEX_BYTES <= sh::WRITING);
+const _: () = assert!(sh::SETS + 8 <= sh::SEQ && sh::SEQ % 64 == 0);
+const _: () = assert!(sh::ACTIVE_SLOTS + 8 <= sh::HAND && sh::HAND % 64 == 0);
+const _: () = assert!(sh::ENTRIES_LOST + 8 <= SHARD_HEADER_SIZE);
 
 /// Bytes an entry with these lengths occupies in the arena.
 #[inline]

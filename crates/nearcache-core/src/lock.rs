@@ -41,9 +41,10 @@ use crate::error::{Error, Result};
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-/// Bytes reserved for the lock in each shard header (one word is used; the
-/// rest keeps the header layout of earlier versions).
-pub const MUTEX_BYTES: usize = 64;
+/// Bytes reserved for the lock in each shard header: the 32-bit word and
+/// 4 unused bytes, so the next field is 8-byte aligned. It shares its cache
+/// line with the words every write changes (see `layout::sh`).
+pub const MUTEX_BYTES: usize = 8;
 
 /// Bit set in the lock word while a locker may be sleeping on it.
 pub const WAITERS: u32 = 1 << 31;

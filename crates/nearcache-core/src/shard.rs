@@ -2,33 +2,47 @@
 //! append-only arena, all inside the shared mapping.
 //!
 //! Design:
-//! * Every write runs under the shard's lock ([`ShardGuard`]).
-//! * A change to the index or arena is bracketed by `seq += 1` before and
-//!   after, so `seq` is odd exactly while the shard is half-written. A
-//!   locker that inherits the lock from a dead owner and finds `seq` odd
-//!   repairs the shard (below): a cache may lose entries, it never returns
-//!   torn data.
-//! * Gets are optimistic ([`Shard::get_optimistic`]): `seq` makes the shard
-//!   a seqlock. A reader loads `seq` (even), probes the index and copies the
-//!   value out without the lock, then loads `seq` again; if it changed, a
-//!   writer ran meanwhile and the copy is thrown away and retried, and after
-//!   `OPTIMISTIC_TRIES` torn reads (or at once if `seq` is odd: a writer is
-//!   at work, or died mid-write) the reader takes the lock, which waits
-//!   properly and repairs. Every word the reader loads is read once and
-//!   checked against the shard's geometry before use, exactly as under the
-//!   lock, so a torn read can produce garbage but never an access outside
-//!   the shard's reserved pages; a failed check is retried like a torn read
-//!   and, if `seq` says nothing changed, left to the locked path, which
-//!   resets the shard. A hit writes nothing shared: the hit counter is
-//!   striped per CPU (`counters.rs`), and an entry not yet marked visited
-//!   for SIEVE, or expired, is served by the locked path, which marks or
-//!   unlinks it (the reader cannot write into an entry that a compaction
-//!   may be moving). Every write to the index or arena that a reader may
-//!   see is inside the `seq` bracket, except single aligned words (an
-//!   entry's expiry, its visited bit), which a reader sees old or new.
+//! * Every write runs under the shard's lock ([`ShardGuard`]) and sets the
+//!   `WRITING` word for its duration. A locker that inherits the lock from
+//!   a dead owner and finds `WRITING` set (or `seq` odd) repairs the shard
+//!   (below): a cache may lose entries, it never returns torn data.
+//! * Writes that move or rewrite bytes a published slot may lead to
+//!   (compactions, resets, repairs, in-place counter updates, a growing
+//!   index) are also bracketed by `seq += 1` before and after, so `seq` is
+//!   odd exactly while entries move. Appends, overwrites and deletes do not
+//!   touch `seq`: an entry's bytes never change while a slot leads to it
+//!   (an overwrite appends a new entry and repoints the slot in one atomic
+//!   store; a delete turns the slot into a tombstone), except single
+//!   aligned words, which a reader sees old or new (the expiry `touch`
+//!   sets, the dead mark of an entry being unlinked).
+//! * Gets are optimistic ([`Shard::get_optimistic`]). A reader loads `seq`
+//!   (even), probes the index and copies the value out without the lock,
+//!   then checks that `seq` and the slot it followed are unchanged (up to
+//!   the visited bit); if not, the copy is thrown away and retried, and
+//!   after `OPTIMISTIC_TRIES` (or at once if `seq` is odd: entries are
+//!   moving, or a mover died) the reader takes the lock, which waits
+//!   properly and repairs. A slot cannot come back to an offset without a
+//!   move (the arena only grows between moves), so an unchanged slot and
+//!   an unchanged `seq` mean the bytes read were the entry's all along.
+//!   The header is laid out so that a reader loads only words in a cache
+//!   line that appends, overwrites and deletes leave alone (`layout::sh`):
+//!   a write to one key does not pull every reader of the shard's other
+//!   keys to memory. Every word the reader loads is read once and checked
+//!   against the shard's geometry (entries against the reserved arena,
+//!   not the bump pointer) before use, so a torn read can produce garbage
+//!   but never an access outside the shard's reserved pages; a failed
+//!   check is retried like a torn read, then left to the locked path,
+//!   which resets the shard if the check fails there too. A hit writes
+//!   nothing shared: the hit counter is striped per CPU (`counters.rs`),
+//!   the SIEVE mark is a compare-and-swap on the slot made only while the
+//!   bit is clear, and an expired entry is served by the locked path,
+//!   which unlinks it.
 //! * Writes append a new entry at the bump pointer and publish its slot
-//!   last; the old entry (if any) is marked dead. Deletes leave a
-//!   tombstone slot. Nothing is freed in place.
+//!   last; the old entry (if any) is marked dead after its slot leads to
+//!   the new one, and the slot keeps its visited bit. Deletes leave a
+//!   tombstone slot. Nothing is freed in place. An overwrite that needs a
+//!   compaction first unlinks the old entry and inserts the new one inside
+//!   one move, so no reader ever sees the key absent.
 //! * When the arena or the index is full, the shard is compacted: dead and
 //!   expired entries are dropped, then SIEVE evicts: the hand walks the
 //!   arena from oldest to newest, clearing the "visited" bit that a hit
@@ -438,7 +452,12 @@ impl Shard {
             ptr::write_bytes(self.base, 0, SHARD_HEADER_SIZE);
             lock::init(self.lock_word());
         }
-        let g = ShardGuard { shard: self, locked: false, writing: Cell::new(false) };
+        let g = ShardGuard {
+            shard: self,
+            locked: false,
+            writing: Cell::new(false),
+            moving: Cell::new(0),
+        };
         if self.lazy {
             g.set_hdr(sh::ACTIVE_SLOTS, self.initial_active as u64);
         }
@@ -456,7 +475,12 @@ impl Shard {
         self.reserve_initial()?;
         // SAFETY: exclusive (caller holds the file's exclusive OFD lock).
         unsafe { lock::init(self.lock_word()) };
-        let g = ShardGuard { shard: self, locked: false, writing: Cell::new(false) };
+        let g = ShardGuard {
+            shard: self,
+            locked: false,
+            writing: Cell::new(false),
+            moving: Cell::new(0),
+        };
         let damaged = g.hdr(sh::MAGIC) != SHARD_MAGIC;
         g.set_hdr(sh::MAGIC, SHARD_MAGIC);
         if damaged {
@@ -511,7 +535,12 @@ impl Shard {
                 return Err(e);
             }
         };
-        let g = ShardGuard { shard: self, locked: true, writing: Cell::new(false) };
+        let g = ShardGuard {
+            shard: self,
+            locked: true,
+            writing: Cell::new(false),
+            moving: Cell::new(0),
+        };
         if how == Acquired::OwnerDied {
             g.repair_after_owner_death();
         }
@@ -525,7 +554,12 @@ impl Shard {
 
     /// Counters of this shard, read without the lock (one word each).
     pub(crate) fn stats_unlocked(&self) -> ShardStats {
-        let g = ShardGuard { shard: self, locked: false, writing: Cell::new(false) };
+        let g = ShardGuard {
+            shard: self,
+            locked: false,
+            writing: Cell::new(false),
+            moving: Cell::new(0),
+        };
         g.stats()
     }
 
@@ -562,15 +596,26 @@ impl Shard {
             return None;
         }
         // An unlocked view: only its reads are used here, never a write.
-        let view = ShardGuard { shard: self, locked: false, writing: Cell::new(false) };
+        let view = ShardGuard {
+            shard: self,
+            locked: false,
+            writing: Cell::new(false),
+            moving: Cell::new(0),
+        };
         for _ in 0..OPTIMISTIC_TRIES {
             let before = self.seq_acquire();
             if before & 1 == 1 {
                 return None;
             }
-            let found = match view.bump().and_then(|bump| view.probe(key, hash, bump)) {
+            // Entries are bounded by the reserved arena, not the bump
+            // pointer: every write moves the bump pointer, and reading it
+            // would pull the line that writes change into this core. A
+            // published slot leads below the bump pointer; anything else
+            // is a torn read, still inside reserved pages.
+            let found = match view.arena_reserved().and_then(|bound| view.probe(key, hash, bound)) {
                 Ok(p) => p.found,
-                Err(_) if self.seq_unchanged(before) => return None,
+                // Torn (an entry overwritten or deleted under us, marked
+                // dead) or corrupt: retry, and let the lock decide.
                 Err(_) => continue,
             };
             let Some((i, e)) = found else {
@@ -589,7 +634,8 @@ impl Shard {
                 flags: e.flags,
                 expires_ms: e.expires,
             });
-            if self.seq_unchanged(before) {
+            let published = ShardGuard::slot_value(hash, e.off);
+            if self.seq_unchanged(before) && view.slot(i) & !SLOT_VISITED == published {
                 view.mark_visited(i, e.off);
                 self.stripes.add(Counter::Hits);
                 return Some(Some(r));
@@ -616,6 +662,9 @@ pub(crate) struct ShardGuard<'a> {
     locked: bool,
     /// Inside this guard's own begin_write/end_write bracket.
     writing: Cell<bool>,
+    /// Depth of this guard's begin_move/end_move brackets (`seq` is odd
+    /// while it is above zero).
+    moving: Cell<u32>,
 }
 
 impl Drop for ShardGuard<'_> {
@@ -624,7 +673,10 @@ impl Drop for ShardGuard<'_> {
             if self.writing.get() {
                 // Unwinding out of a write (a panic): repair before others
                 // see the half-written shard, as if the holder had died.
+                // The repair brackets its own moves; `seq` stays odd until
+                // it is done.
                 self.writing.set(false);
+                self.moving.set(0);
                 self.repair_after_owner_death();
             }
             // SAFETY: this guard locked the word in Shard::lock.
@@ -706,17 +758,47 @@ impl<'a> ShardGuard<'a> {
         unsafe { self.shard.base.add(self.shard.arena_off + off) }
     }
 
+    /// Start a write: any change to the shard. Sets `WRITING`, which only
+    /// lockers read (a dead owner that left it set left the shard
+    /// half-written). Optimistic readers never read this word's cache
+    /// line, so an append or a delete does not disturb them.
     fn begin_write(&self) {
         self.writing.set(true);
-        self.set_hdr(sh::SEQ, self.hdr(sh::SEQ) | 1);
-        std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+        self.set_hdr(sh::WRITING, 1);
+        std::sync::atomic::fence(Ordering::Release);
     }
 
     fn end_write(&self) {
-        std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
-        self.set_hdr(sh::REWRITING, 0);
-        self.set_hdr(sh::SEQ, (self.hdr(sh::SEQ) | 1).wrapping_add(1));
+        std::sync::atomic::fence(Ordering::Release);
+        if self.hdr(sh::REWRITING) != 0 {
+            self.set_hdr(sh::REWRITING, 0);
+        }
+        self.set_hdr(sh::WRITING, 0);
         self.writing.set(false);
+    }
+
+    /// Start a move: a write that moves or rewrites bytes a published slot
+    /// may lead to, or the index itself (compaction, reset, repair, an
+    /// in-place counter, a growing index). `seq` is odd until the
+    /// outermost `end_move`, so an optimistic reader that overlapped it
+    /// throws its copy away. Brackets nest.
+    fn begin_move(&self) {
+        let depth = self.moving.get();
+        self.moving.set(depth + 1);
+        if depth == 0 {
+            self.set_hdr(sh::SEQ, self.hdr(sh::SEQ) | 1);
+            std::sync::atomic::fence(Ordering::Release);
+        }
+    }
+
+    fn end_move(&self) {
+        let depth = self.moving.get();
+        debug_assert!(depth > 0);
+        self.moving.set(depth.saturating_sub(1));
+        if depth <= 1 {
+            std::sync::atomic::fence(Ordering::Release);
+            self.set_hdr(sh::SEQ, (self.hdr(sh::SEQ) | 1).wrapping_add(1));
+        }
     }
 
     /// The reserved arena bytes, checked against the arena size (all of
@@ -935,21 +1017,24 @@ impl<'a> ShardGuard<'a> {
         ((v & !SLOT_VISITED) >> 32) as u32
     }
 
-    /// Find `key` in the index.
-    fn probe(&self, key: &[u8], hash: u64, bump: usize) -> Check<Probe> {
+    /// Find `key` in the index. Entries are checked against `bound` (the
+    /// bump pointer under the lock, the reserved arena without it).
+    fn probe(&self, key: &[u8], hash: u64, bound: usize) -> Check<Probe> {
         let active = self.active_slots()?;
         let tag = tag_of(hash);
         let mut i = home_slot(tag, active);
         let mut free_slot = None;
         for _ in 0..active {
-            let v = self.slot(i);
+            // Acquire: a slot published by a writer that the lock does not
+            // exclude leads to an entry whose bytes were stored before it.
+            let v = self.slot_word(i).load(Ordering::Acquire);
             if v == 0 {
                 return Ok(Probe { found: None, free_slot: free_slot.or(Some(i)) });
             }
             if v == TOMBSTONE {
                 free_slot.get_or_insert(i);
             } else if Self::slot_tag(v) == tag {
-                let e = self.entry(Self::slot_entry_off(v), bump)?;
+                let e = self.entry(Self::slot_entry_off(v), bound)?;
                 if self.key_equals(&e, key) {
                     if e.is_dead() {
                         return Err(Corrupt("index points at a dead entry"));
@@ -988,6 +1073,7 @@ impl<'a> ShardGuard<'a> {
     fn reset_data(&self) {
         let nested = self.writing.get();
         self.begin_write();
+        self.begin_move();
         self.set_hdr(sh::REWRITING, 1);
         self.zero_index();
         if self.arena_reserved().is_err() {
@@ -998,6 +1084,7 @@ impl<'a> ShardGuard<'a> {
         for f in [sh::BUMP, sh::LIVE_BYTES, sh::ITEMS, sh::SLOTS_USED, sh::TOMBSTONES, sh::HAND] {
             self.set_hdr(f, 0);
         }
+        self.end_move();
         if !nested {
             self.end_write();
         }
@@ -1023,7 +1110,7 @@ impl<'a> ShardGuard<'a> {
     /// gone. A holder that died while moving or clearing entries
     /// (`REWRITING`) leaves nothing trustworthy: the shard is reset.
     fn repair_after_owner_death(&self) -> bool {
-        let mid_write = self.hdr(sh::SEQ) & 1 == 1;
+        let mid_write = self.hdr(sh::WRITING) != 0 || self.hdr(sh::SEQ) & 1 == 1;
         if !mid_write && self.sanity().is_ok() {
             return false;
         }
@@ -1059,6 +1146,7 @@ impl<'a> ShardGuard<'a> {
             return Err(Corrupt("more live entries than the index holds"));
         }
         self.begin_write();
+        self.begin_move();
         self.zero_index();
         let mut items = 0u64;
         let mut live_bytes = 0u64;
@@ -1076,11 +1164,13 @@ impl<'a> ShardGuard<'a> {
                 }
                 Ok(Probe { found: None, free_slot }) => free_slot,
                 Err(c) => {
+                    self.end_move();
                     self.end_write();
                     return Err(c);
                 }
             };
             let Some(slot) = slot else {
+                self.end_move();
                 self.end_write();
                 return Err(Corrupt("index full while salvaging"));
             };
@@ -1095,6 +1185,7 @@ impl<'a> ShardGuard<'a> {
         if self.hdr(sh::HAND) > bump as u64 {
             self.set_hdr(sh::HAND, 0);
         }
+        self.end_move();
         self.end_write();
         Ok(items)
     }
@@ -1198,11 +1289,20 @@ impl<'a> ShardGuard<'a> {
         let size = entry_size(key.len(), value.len());
         self.ensure_can_hold(size)?;
         self.begin_write();
-        if let Some((i, e)) = existing {
-            // The old value is being replaced whatever happens next.
-            self.unlink(i, &e);
-        }
-        let stored = self.insert(key, hash, value, flags, expires, size, now);
+        let stored = match existing {
+            Some((i, e)) if self.replace(i, &e, key, hash, value, flags, expires, size) => true,
+            Some((i, e)) => {
+                // No room without a compaction or growth: the key leaves
+                // the index and comes back inside one move, so that no
+                // optimistic reader sees it absent meanwhile.
+                self.begin_move();
+                self.unlink(i, &e);
+                let stored = self.insert(key, hash, value, flags, expires, size, now);
+                self.end_move();
+                stored
+            }
+            None => self.insert(key, hash, value, flags, expires, size, now),
+        };
         if stored {
             self.bump_stat(sh::SETS);
         }
@@ -1264,9 +1364,13 @@ impl<'a> ShardGuard<'a> {
                     let active = self.active_slots().unwrap_or(self.shard.slots);
                     // Doubling the index rebuilds it in a compaction that
                     // need not evict; without room to double, evict.
+                    // One move: a reader must not see the new slot count
+                    // before the index is rebuilt for it.
+                    self.begin_move();
                     let grown = self.grow_index(active);
                     evicted = !grown;
                     self.compact(size, !grown, now);
+                    self.end_move();
                     continue;
                 }
                 Ok(Room::ArenaFull { bump }) => {
@@ -1298,27 +1402,7 @@ impl<'a> ShardGuard<'a> {
             };
             // Checked above on these very values: off + size <= reserved
             // <= arena_size.
-            let p = self.arena_ptr(off);
-            // SAFETY: off + size <= reserved <= arena_size (checked on the
-            // locals `off` and `reserved`, which nothing else can change); we write the header, key and
-            // value into the unused tail of the arena.
-            unsafe {
-                ptr::write(p.add(eh::META) as *mut u64, entry_meta(expires, key.len()));
-                ptr::write(p.add(eh::LEN) as *mut u32, value.len() as u32);
-                ptr::write(p.add(eh::FLAGS) as *mut u32, flags);
-                ptr::write(p.add(eh::TAG) as *mut u32, tag_of(hash));
-                ptr::copy_nonoverlapping(key.as_ptr(), p.add(ENTRY_HEADER), key.len());
-                ptr::copy_nonoverlapping(
-                    value.as_ptr(),
-                    p.add(ENTRY_HEADER + key.len()),
-                    value.len(),
-                );
-            }
-            // The entry's bytes are in place before the bump pointer covers
-            // them: a repair after a kill trusts what lies below the bump.
-            std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
-            self.set_hdr(sh::BUMP, (off + size) as u64);
-            self.add_stat(sh::LIVE_BYTES, size as u64);
+            self.append(off, size, key, hash, value, flags, expires);
             self.add_stat(sh::ITEMS, 1);
             if self.slot(slot) == TOMBSTONE {
                 self.set_hdr(sh::TOMBSTONES, self.hdr(sh::TOMBSTONES).saturating_sub(1));
@@ -1330,6 +1414,80 @@ impl<'a> ShardGuard<'a> {
             return true;
         }
         false
+    }
+
+    /// Write an entry at arena offset `off`, at the bump pointer, and move
+    /// the bump pointer over it. The caller checked `off + size` against
+    /// the reserved arena on the very values it passes, and publishes a
+    /// slot for the entry afterwards (nothing leads to it before).
+    #[allow(clippy::too_many_arguments)]
+    fn append(
+        &self,
+        off: usize,
+        size: usize,
+        key: &[u8],
+        hash: u64,
+        value: &[u8],
+        flags: u32,
+        expires: u64,
+    ) {
+        debug_assert!(off + size <= self.shard.arena_size);
+        debug_assert_eq!(size, entry_size(key.len(), value.len()));
+        let p = self.arena_ptr(off);
+        // SAFETY: off + size <= reserved <= arena_size (the caller checked
+        // the values it passed, which nothing else can change); we write
+        // the header, key and value into the unused tail of the arena.
+        unsafe {
+            ptr::write(p.add(eh::META) as *mut u64, entry_meta(expires, key.len()));
+            ptr::write(p.add(eh::LEN) as *mut u32, value.len() as u32);
+            ptr::write(p.add(eh::FLAGS) as *mut u32, flags);
+            ptr::write(p.add(eh::TAG) as *mut u32, tag_of(hash));
+            ptr::copy_nonoverlapping(key.as_ptr(), p.add(ENTRY_HEADER), key.len());
+            ptr::copy_nonoverlapping(value.as_ptr(), p.add(ENTRY_HEADER + key.len()), value.len());
+        }
+        // The entry's bytes are in place before the bump pointer covers
+        // them (a repair after a kill trusts what lies below the bump) and
+        // before any slot leads to them (a reader's acquire load of the
+        // slot then sees them whole).
+        std::sync::atomic::fence(Ordering::Release);
+        self.set_hdr(sh::BUMP, (off + size) as u64);
+        self.add_stat(sh::LIVE_BYTES, size as u64);
+    }
+
+    /// Overwrite the live entry `e` of `key`, found in slot `i`, without
+    /// a move: append the new entry, point the slot at it (one atomic
+    /// store: a reader finds the old entry or the new one, never neither;
+    /// the visited mark carries over), then mark the old one dead. False, with nothing changed, when the
+    /// arena has no room left without a compaction or growth.
+    #[allow(clippy::too_many_arguments)]
+    fn replace(
+        &self,
+        i: usize,
+        e: &Entry,
+        key: &[u8],
+        hash: u64,
+        value: &[u8],
+        flags: u32,
+        expires: u64,
+        size: usize,
+    ) -> bool {
+        let room = (|| -> Check<Option<usize>> {
+            let off = self.bump()?;
+            let reserved = self.arena_reserved()?;
+            Ok((off <= reserved && size <= reserved - off).then_some(off))
+        })();
+        // A failed check is met again, and repaired, on the insert path.
+        let Ok(Some(off)) = room else { return false };
+        self.append(off, size, key, hash, value, flags, expires);
+        // The key keeps its SIEVE mark: an overwrite is a use of the key,
+        // and a slot published already marked spares the next reader the
+        // compare-and-swap that would pull the slot's line back to it.
+        let visited = self.slot(i) & SLOT_VISITED;
+        self.set_slot(i, Self::slot_value(hash, off) | visited);
+        self.note_dropped(e);
+        self.mark_dead(e);
+        self.set_hdr(sh::LIVE_BYTES, self.hdr(sh::LIVE_BYTES).saturating_sub(e.size as u64));
+        true
     }
 
     /// Delete `key`. Returns whether a live entry was removed.
@@ -1438,11 +1596,13 @@ impl<'a> ShardGuard<'a> {
                 // SAFETY: the 8 value bytes lie inside the checked entry.
                 let cur = i64::from_le_bytes(unsafe { ptr::read_unaligned(p) });
                 let new = cur.checked_add(delta).ok_or(Error::Overflow)?;
-                // Inside the seq bracket: the word may be unaligned, and an
-                // optimistic reader must not return half of each value.
+                // A move: the word may be unaligned, and an optimistic
+                // reader must not return half of each value.
                 self.begin_write();
+                self.begin_move();
                 // SAFETY: as above; written under the lock.
                 unsafe { ptr::write_unaligned(p, new.to_le_bytes()) };
+                self.end_move();
                 self.end_write();
                 self.bump_stat(sh::SETS);
                 Ok(new)
@@ -1468,9 +1628,11 @@ impl<'a> ShardGuard<'a> {
     pub(crate) fn clear(&self) {
         let items = self.hdr(sh::ITEMS);
         let _ = self.walk_indexed(|e| self.note_dropped(e));
+        self.begin_move();
         self.reset_data();
         self.add_stat(sh::DELETES, items);
         self.release_memory();
+        self.end_move();
     }
 
     /// Lazy files, on an empty shard: give the memory beyond the initial
@@ -1637,9 +1799,11 @@ impl<'a> ShardGuard<'a> {
     /// `evict`, entries are evicted only if the index cannot hold the
     /// survivors. Inside begin/end_write.
     fn compact(&self, need: usize, evict: bool, now: &mut Now) {
+        self.begin_move();
         if let Err(c) = self.try_compact(need, evict, now) {
             self.recover(c);
         }
+        self.end_move();
     }
 
     fn try_compact(&self, need: usize, evict: bool, now: &mut Now) -> Check<()> {
@@ -1799,8 +1963,6 @@ impl<'a> ShardGuard<'a> {
     /// Counters of this shard.
     pub(crate) fn stats(&self) -> ShardStats {
         ShardStats {
-            hits: self.hdr(sh::HITS),
-            misses: self.hdr(sh::MISSES),
             sets: self.hdr(sh::SETS),
             deletes: self.hdr(sh::DELETES),
             evictions: self.hdr(sh::EVICTIONS),
@@ -1823,8 +1985,8 @@ impl<'a> ShardGuard<'a> {
     /// Verify every invariant of the shard. Returns (entries, live bytes).
     pub(crate) fn check(&self) -> std::result::Result<(u64, u64), String> {
         let s = |c: Corrupt| c.0.to_string();
-        if self.hdr(sh::SEQ) & 1 == 1 {
-            return Err("seq is odd outside a write".into());
+        if self.hdr(sh::SEQ) & 1 == 1 || self.hdr(sh::WRITING) != 0 {
+            return Err("shard marked mid-write outside a write".into());
         }
         self.sanity().map_err(s)?;
         let bump = self.bump().map_err(s)?;
@@ -1891,6 +2053,7 @@ impl<'a> ShardGuard<'a> {
     /// Test hook: undo `scribble_mid_write` by resetting the shard.
     pub(crate) fn reset_after_scribble(&self) {
         self.recover(Corrupt("test hook"));
+        self.end_move();
         self.end_write();
     }
 
@@ -1898,6 +2061,7 @@ impl<'a> ShardGuard<'a> {
     /// as a process killed mid-write would.
     pub(crate) fn scribble_mid_write(&self) {
         self.begin_write();
+        self.begin_move();
         for i in 0..self.shard.slots.min(8) {
             self.set_slot(i, 0x0bad_0bad_0bad_0bad);
         }

@@ -225,11 +225,11 @@ fn scribble_while_operating(shard_size: usize, shards: usize, target: usize, ops
             // The lock word is scribbled too, now and then: a word naming no
             // live process is taken over, one naming a live process (small
             // values: init, kernel threads) costs a bounded wait.
-            let header_words = (SHARD_HEADER_SIZE - 64) / 8;
+            let header_words = (SHARD_HEADER_SIZE - 8) / 8;
             while !stop.load(Ordering::Relaxed) {
                 let off = match rng.below(25) {
-                    0 => base, // the lock word (and the unused word after it)
-                    1..=8 => base + 64 + 8 * rng.below(header_words as u64) as usize,
+                    0 => base, // the lock word (and the unused bytes after it)
+                    1..=8 => base + 8 + 8 * rng.below(header_words as u64) as usize,
                     9..=16 => {
                         base + SHARD_HEADER_SIZE + 8 * rng.below(g.slots_per_shard as u64) as usize
                     }

@@ -6,6 +6,7 @@
 //! shows). Growth races use this test binary re-executed as a child.
 
 mod common;
+use nearcache_core::layout::{sh, HEADER_SIZE};
 use nearcache_core::{Cache, OpenOptions};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -295,7 +296,7 @@ fn processes_growing_the_same_shards_agree() {
 
 #[test]
 fn scribbled_growth_words_reset_the_shard_and_never_move_an_access() {
-    // ARENA_RESERVED (232) and ACTIVE_SLOTS (240) of shard 0 overwritten
+    // ARENA_RESERVED and ACTIVE_SLOTS of shard 0 overwritten
     // with values out of range: the shard is reset (counted), operations
     // go on, and nothing reads or writes outside the reserved pages.
     for (arena, active) in [(u64::MAX, 512u64), (0, 3), (1 << 40, 1 << 40), (8, 0)] {
@@ -308,8 +309,9 @@ fn scribbled_growth_words_reset_the_shard_and_never_move_an_access() {
         {
             use std::os::unix::fs::FileExt;
             let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-            f.write_all_at(&arena.to_ne_bytes(), 4096 + 232).unwrap();
-            f.write_all_at(&active.to_ne_bytes(), 4096 + 240).unwrap();
+            let shard0 = HEADER_SIZE as u64;
+            f.write_all_at(&arena.to_ne_bytes(), shard0 + sh::ARENA_RESERVED as u64).unwrap();
+            f.write_all_at(&active.to_ne_bytes(), shard0 + sh::ACTIVE_SLOTS as u64).unwrap();
         }
         for i in 0..500 {
             let _ = c.get(format!("k{i}").as_bytes()).unwrap();

@@ -201,3 +201,92 @@ fn a_first_hit_needs_no_lock_and_marks_the_entry_for_sieve() {
     assert!(cache.get(b"read").unwrap().is_some());
     cache.check().unwrap();
 }
+
+fn seq_of_shard0(cache: &Cache) -> u64 {
+    let bytes = shard_bytes(cache);
+    let at = nearcache_core::layout::sh::SEQ;
+    u64::from_ne_bytes(bytes[at..at + 8].try_into().unwrap())
+}
+
+/// Appends, overwrites and deletes leave `seq` (the word optimistic readers
+/// validate against) alone; only writes that move entries change it.
+#[test]
+fn only_writes_that_move_entries_change_seq() {
+    let dir = TempDir::new("opt-seq");
+    let cache = open(&dir, "c", 64 * 1024, 1);
+    let seq = seq_of_shard0(&cache);
+    assert_eq!(seq % 2, 0);
+    for i in 0..20 {
+        cache.set(format!("k{i}").as_bytes(), b"first", 0, 0).unwrap();
+    }
+    cache.set(b"k1", b"second", 0, 0).unwrap();
+    cache.delete(b"k2").unwrap();
+    cache.touch(b"k3", 60_000).unwrap();
+    assert_eq!(seq_of_shard0(&cache), seq, "an ordinary write moved seq");
+    // In-place counter updates are moves (a reader must not see half of
+    // an unaligned word), and so are compactions.
+    cache.incr(b"n", 1, Some(0), 0).unwrap();
+    assert_eq!(seq_of_shard0(&cache), seq);
+    cache.incr(b"n", 1, None, 0).unwrap();
+    let after_incr = seq_of_shard0(&cache);
+    assert_eq!(after_incr, seq + 2);
+    while cache.stats().unwrap().compactions == 0 {
+        cache.set(b"k1", &[9u8; 500], 0, 0).unwrap();
+    }
+    let after = seq_of_shard0(&cache);
+    assert!(after > after_incr && after % 2 == 0, "{after}");
+    cache.check().unwrap();
+}
+
+/// An overwrite replaces the slot in one store: a reader finds the old
+/// value or the new one, never neither, also while compactions (which
+/// take the key out of the index and put it back inside one move) run.
+#[test]
+fn an_overwritten_key_never_reads_as_absent() {
+    let dir = TempDir::new("opt-overwrite");
+    let cache = Arc::new(open(&dir, "c", 64 * 1024, 1));
+    let keys: Vec<Vec<u8>> = (0..30).map(|i| format!("key-{i}").into_bytes()).collect();
+    for k in &keys {
+        cache.set(k, &make_value(k, 0, 64), 0, 0).unwrap();
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (cache, keys, stop) = (cache.clone(), keys.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                i += 1;
+                let k = &keys[(i % keys.len() as u64) as usize];
+                cache.set(k, &make_value(k, i, 40 + (i * 37 % 600) as usize), 0, 0).unwrap();
+            }
+        })
+    };
+    let readers: Vec<_> = (0..2)
+        .map(|r| {
+            let (cache, keys, stop) = (cache.clone(), keys.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut n = 0u64;
+                let mut i = r;
+                while !stop.load(Ordering::Relaxed) {
+                    i += 1;
+                    let k = &keys[i % keys.len()];
+                    let v = cache.get(k).unwrap();
+                    let v = v
+                        .unwrap_or_else(|| panic!("{} read as absent", String::from_utf8_lossy(k)));
+                    verify_value(k, &v.data);
+                    n += 1;
+                }
+                n
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(1500));
+    stop.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+    let reads: u64 = readers.into_iter().map(|t| t.join().unwrap()).sum();
+    let st = cache.stats().unwrap();
+    assert!(reads > 1000, "{reads} reads");
+    assert!(st.compactions > 10, "no compactions raced the readers: {st:?}");
+    assert_eq!(st.evictions + st.lock_timeouts + st.resets, 0, "{st:?}");
+    cache.check().unwrap();
+}

@@ -117,7 +117,7 @@ fn scramble_and_use(patches: &[(usize, Vec<u8>)], ops: &[(u8, u8)]) {
         use std::os::unix::fs::FileExt;
         let f = std::fs::OpenOptions::new().write(true).open(d.file("c")).unwrap();
         for (off, bytes) in patches {
-            let off = 4096 + 64 + off % (size - 4096 - 64 - bytes.len());
+            let off = 4096 + 8 + off % (size - 4096 - 8 - bytes.len());
             f.write_all_at(bytes, off as u64).unwrap();
         }
     }
@@ -271,9 +271,11 @@ fn huge_items_counter_does_not_abort_compaction() {
     let d = TempDir::new("items");
     let c = open(&d, "c", 64 << 10, 1);
     let f = std::fs::OpenOptions::new().write(true).open(d.file("c")).unwrap();
-    // sh::ITEMS is at offset 88 of the shard header.
-    f.write_all_at(&(1u64 << 62).to_ne_bytes(), shard_offset(0, c.geometry().shard_size) + 88)
-        .unwrap();
+    f.write_all_at(
+        &(1u64 << 62).to_ne_bytes(),
+        shard_offset(0, c.geometry().shard_size) + nearcache_core::layout::sh::ITEMS as u64,
+    )
+    .unwrap();
     for i in 0..2000u32 {
         c.set(format!("k{i}").as_bytes(), &[1u8; 200], 0, 0).unwrap();
     }
