@@ -49,7 +49,10 @@
 //!   sets and evicting the first unvisited entries, until a fraction of the
 //!   shard is free. Survivors slide down in order (memmove, no scratch
 //!   buffer) and the index is rebuilt from the 31-bit tags the entries
-//!   store (the tag gives the home slot): no key is read or hashed. Only
+//!   store (the tag gives the home slot): no key is read or hashed. A
+//!   shard whose used arena is mostly dead copies finds its live entries
+//!   through the index instead of walking the arena
+//!   (`gather_from_index`). Only
 //!   crash repair, `check` and the eviction of spilled values hash keys
 //!   again, with the file's seed (entries do not store their hash).
 //! * Nothing read from shared memory is trusted: every slot offset, entry
@@ -101,6 +104,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// hit ratio at or above LRU's at the same byte budget (see the hit-ratio
 /// tests) while a compaction still moves little data.
 pub const COMPACT_FREE_PERCENT: usize = 20;
+
+/// A compaction reads the live entries from the index instead of walking
+/// the arena when the used arena holds at least this many bytes per live
+/// entry (mostly dead copies): reading the index and sorting the few live
+/// entries then costs less than reading every dead byte.
+const SPARSE_ARENA_BYTES_PER_ITEM: usize = 1024;
 
 /// Optimistic attempts of a get that saw writers change the shard under
 /// it, before it takes the lock. Small: a torn read means a writer is
@@ -1814,27 +1823,14 @@ impl<'a> ShardGuard<'a> {
         let t = now.get();
         // The items counter comes from shared memory: bound it before
         // trusting it as an allocation size.
-        let cap = (self.hdr(sh::ITEMS) as usize).min(active) + 16;
-        let mut entries: Vec<Entry> = Vec::with_capacity(cap);
-        let mut keep: Vec<bool> = Vec::with_capacity(entries.capacity());
-        let mut off = 0;
-        let mut live_bytes = 0usize;
-        let mut expired = 0u64;
-        while off < bump {
-            let e = self.entry(off, bump)?;
-            off += e.size;
-            if e.is_dead() {
-                continue;
-            }
-            if e.expired(t) {
-                self.note_dropped(&e);
-                expired += 1;
-                continue;
-            }
-            live_bytes += e.size;
-            entries.push(e);
-            keep.push(true);
-        }
+        let items = (self.hdr(sh::ITEMS) as usize).min(active);
+        let (entries, mut visited, mut live_bytes, expired) =
+            if items.saturating_mul(SPARSE_ARENA_BYTES_PER_ITEM) <= bump {
+                self.gather_from_index(bump, active, items, t)?
+            } else {
+                self.gather_from_arena(bump, active, items, t)?
+            };
+        let mut keep = vec![true; entries.len()];
         let arena = reserved;
         let (free_bytes_target, max_items) = if evict {
             (
@@ -1846,7 +1842,6 @@ impl<'a> ShardGuard<'a> {
         };
         let mut live_items = entries.len();
         let n = entries.len();
-        let mut visited = self.visited_marks(&EntryStarts::new(&entries, bump), n, active);
         // SIEVE: start at the hand, wrap around; at most two passes (the
         // first clears every visited bit).
         let hand = self.hdr(sh::HAND) as usize;
@@ -1907,6 +1902,89 @@ impl<'a> ShardGuard<'a> {
         self.add_stat(sh::EXPIRATIONS, expired);
         self.bump_stat(sh::COMPACTIONS);
         Ok(())
+    }
+
+    /// The live entries of the used arena in arena order, their SIEVE
+    /// marks, their bytes and the count of expired entries dropped (their
+    /// spilled files queued): a walk of the arena, then one pass over the
+    /// index for the marks. What a compaction of a mostly live shard reads.
+    fn gather_from_arena(
+        &self,
+        bump: usize,
+        active: usize,
+        items: usize,
+        t: u64,
+    ) -> Check<(Vec<Entry>, Vec<bool>, usize, u64)> {
+        let mut entries: Vec<Entry> = Vec::with_capacity(items + 16);
+        let mut off = 0;
+        let mut live_bytes = 0usize;
+        let mut expired = 0u64;
+        while off < bump {
+            let e = self.entry(off, bump)?;
+            off += e.size;
+            if e.is_dead() {
+                continue;
+            }
+            if e.expired(t) {
+                self.note_dropped(&e);
+                expired += 1;
+                continue;
+            }
+            live_bytes += e.size;
+            entries.push(e);
+        }
+        let visited = self.visited_marks(&EntryStarts::new(&entries, bump), entries.len(), active);
+        Ok((entries, visited, live_bytes, expired))
+    }
+
+    /// As `gather_from_arena`, from the index alone: one pass over the
+    /// slots reads each live entry's offset and mark, the entries are read
+    /// at those offsets and sorted back into arena order. A shard that is
+    /// mostly dead copies (a few keys overwritten again and again) is
+    /// compacted without reading the dead bytes: a 2 MiB shard holding 30
+    /// live entries reads 256 KiB of index instead of 2 MiB of arena. The
+    /// slots must lead to distinct, non-overlapping, live entries below the
+    /// bump pointer; anything else is corruption (the shard is reset).
+    fn gather_from_index(
+        &self,
+        bump: usize,
+        active: usize,
+        items: usize,
+        t: u64,
+    ) -> Check<(Vec<Entry>, Vec<bool>, usize, u64)> {
+        let mut found: Vec<(Entry, bool)> = Vec::with_capacity(items + 16);
+        for s in 0..active {
+            let v = self.slot(s);
+            if v == 0 || v == TOMBSTONE {
+                continue;
+            }
+            let e = self.entry(Self::slot_entry_off(v), bump)?;
+            if e.is_dead() {
+                return Err(Corrupt("index points at a dead entry"));
+            }
+            found.push((e, v & SLOT_VISITED != 0));
+        }
+        found.sort_unstable_by_key(|(e, _)| e.off);
+        let mut entries = Vec::with_capacity(found.len());
+        let mut visited = Vec::with_capacity(found.len());
+        let mut live_bytes = 0usize;
+        let mut expired = 0u64;
+        let mut end = 0;
+        for (e, mark) in found {
+            if e.off < end {
+                return Err(Corrupt("index entries overlap"));
+            }
+            end = e.off + e.size;
+            if e.expired(t) {
+                self.note_dropped(&e);
+                expired += 1;
+                continue;
+            }
+            live_bytes += e.size;
+            entries.push(e);
+            visited.push(mark);
+        }
+        Ok((entries, visited, live_bytes, expired))
     }
 
     /// SIEVE's marks for the `n` entries that `starts` locates, read from
