@@ -674,7 +674,8 @@ impl Cache {
                     saturating_sub(bytes, len);
                     return Err(Error::Full(format!(
                         "the spill budget of {} bytes is held by values being written by \
-                         other processes; raise the spill_budget option",
+                         other processes (or by files of values a shard reset dropped, until \
+                         a sweep removes them); raise the spill_budget option",
                         self.spill_budget
                     )));
                 }
@@ -757,6 +758,13 @@ impl Cache {
         let Some(dir) = self.spill_dir(false)? else { return Ok(SweepReport::default()) };
         let (referenced, _) = self.referenced_spills()?;
         let report = dir.sweep(&referenced, grace)?;
+        // An orphan's bytes were counted when its writer reserved them and
+        // nobody took them back: the writer died before publishing, or
+        // its entry vanished in a shard reset (which cannot read the
+        // references of a shard it does not trust). Without this the
+        // budget would shrink with every such reset until all processes
+        // detached.
+        saturating_sub(header_word(&self.map, fh::SPILL_BYTES), report.removed_bytes);
         header_word(&self.map, fh::SPILL_SWEPT_MS).store(crate::shard::now_ms(), Ordering::Relaxed);
         Ok(report)
     }

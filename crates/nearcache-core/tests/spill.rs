@@ -250,6 +250,24 @@ fn orphans_are_swept_on_a_lone_open_and_live_files_never_are() {
 }
 
 #[test]
+fn a_sweep_gives_back_the_budget_of_values_lost_in_a_shard_reset() {
+    let d = TempDir::new("spill-reset");
+    let path = d.file("c");
+    let c = Cache::open(&path, &spill_opts(64 << 20)).unwrap();
+    c.set(b"lost", &big(3, 20_000), 0, 0).unwrap();
+    assert_eq!(c.stats().unwrap().spilled_bytes, 20_000);
+    // The shard is reset (as after a holder killed inside a compaction):
+    // the entry is gone without its reference being read.
+    c.debug_hold_shard_mid_write(b"lost", Duration::from_millis(1)).unwrap();
+    assert!(c.get(b"lost").unwrap().is_none());
+    assert_eq!(c.stats().unwrap().spilled_bytes, 20_000, "still counted: the file is an orphan");
+    let r = c.sweep_spilled(Duration::ZERO).unwrap();
+    assert_eq!((r.removed, r.removed_bytes), (1, 20_000));
+    assert_eq!(c.stats().unwrap().spilled_bytes, 0, "the sweep gave the budget back");
+    assert!(files(&path).is_empty());
+}
+
+#[test]
 fn a_reader_racing_overwrites_and_deletes_sees_old_new_or_nothing() {
     let d = TempDir::new("spill-race");
     let path = d.file("c");
