@@ -385,6 +385,27 @@ impl EntryStarts {
     }
 }
 
+/// What a compaction gathers before it evicts: the live entries in arena
+/// order, their SIEVE marks, their bytes, and how many expired entries it
+/// dropped on the way.
+struct Survivors {
+    entries: Vec<Entry>,
+    visited: Vec<bool>,
+    live_bytes: usize,
+    expired: u64,
+}
+
+impl Survivors {
+    fn with_capacity(n: usize) -> Survivors {
+        Survivors {
+            entries: Vec::with_capacity(n),
+            visited: Vec::with_capacity(n),
+            live_bytes: 0,
+            expired: 0,
+        }
+    }
+}
+
 /// Outcome of an index probe.
 struct Probe {
     /// Slot and entry of the key, if present (maybe expired).
@@ -1824,7 +1845,7 @@ impl<'a> ShardGuard<'a> {
         // The items counter comes from shared memory: bound it before
         // trusting it as an allocation size.
         let items = (self.hdr(sh::ITEMS) as usize).min(active);
-        let (entries, mut visited, mut live_bytes, expired) =
+        let Survivors { entries, mut visited, mut live_bytes, expired } =
             if items.saturating_mul(SPARSE_ARENA_BYTES_PER_ITEM) <= bump {
                 self.gather_from_index(bump, active, items, t)?
             } else {
@@ -1914,27 +1935,19 @@ impl<'a> ShardGuard<'a> {
         active: usize,
         items: usize,
         t: u64,
-    ) -> Check<(Vec<Entry>, Vec<bool>, usize, u64)> {
-        let mut entries: Vec<Entry> = Vec::with_capacity(items + 16);
+    ) -> Check<Survivors> {
+        let mut kept = Survivors::with_capacity(items + 16);
         let mut off = 0;
-        let mut live_bytes = 0usize;
-        let mut expired = 0u64;
         while off < bump {
             let e = self.entry(off, bump)?;
             off += e.size;
-            if e.is_dead() {
-                continue;
+            if !e.is_dead() {
+                self.admit(&mut kept, e, false, t);
             }
-            if e.expired(t) {
-                self.note_dropped(&e);
-                expired += 1;
-                continue;
-            }
-            live_bytes += e.size;
-            entries.push(e);
         }
-        let visited = self.visited_marks(&EntryStarts::new(&entries, bump), entries.len(), active);
-        Ok((entries, visited, live_bytes, expired))
+        kept.visited =
+            self.visited_marks(&EntryStarts::new(&kept.entries, bump), kept.entries.len(), active);
+        Ok(kept)
     }
 
     /// As `gather_from_arena`, from the index alone: one pass over the
@@ -1951,7 +1964,7 @@ impl<'a> ShardGuard<'a> {
         active: usize,
         items: usize,
         t: u64,
-    ) -> Check<(Vec<Entry>, Vec<bool>, usize, u64)> {
+    ) -> Check<Survivors> {
         let mut found: Vec<(Entry, bool)> = Vec::with_capacity(items + 16);
         for s in 0..active {
             let v = self.slot(s);
@@ -1965,26 +1978,29 @@ impl<'a> ShardGuard<'a> {
             found.push((e, v & SLOT_VISITED != 0));
         }
         found.sort_unstable_by_key(|(e, _)| e.off);
-        let mut entries = Vec::with_capacity(found.len());
-        let mut visited = Vec::with_capacity(found.len());
-        let mut live_bytes = 0usize;
-        let mut expired = 0u64;
+        let mut kept = Survivors::with_capacity(found.len());
         let mut end = 0;
         for (e, mark) in found {
             if e.off < end {
                 return Err(Corrupt("index entries overlap"));
             }
             end = e.off + e.size;
-            if e.expired(t) {
-                self.note_dropped(&e);
-                expired += 1;
-                continue;
-            }
-            live_bytes += e.size;
-            entries.push(e);
-            visited.push(mark);
+            self.admit(&mut kept, e, mark, t);
         }
-        Ok((entries, visited, live_bytes, expired))
+        Ok(kept)
+    }
+
+    /// Keep a live entry for the compaction, or drop it if it expired
+    /// (queueing its spilled file, if any).
+    fn admit(&self, kept: &mut Survivors, e: Entry, visited: bool, t: u64) {
+        if e.expired(t) {
+            self.note_dropped(&e);
+            kept.expired += 1;
+            return;
+        }
+        kept.live_bytes += e.size;
+        kept.entries.push(e);
+        kept.visited.push(visited);
     }
 
     /// SIEVE's marks for the `n` entries that `starts` locates, read from
