@@ -1487,8 +1487,9 @@ impl<'a> ShardGuard<'a> {
     /// Overwrite the live entry `e` of `key`, found in slot `i`, without
     /// a move: append the new entry, point the slot at it (one atomic
     /// store: a reader finds the old entry or the new one, never neither;
-    /// the visited mark carries over), then mark the old one dead. False, with nothing changed, when the
-    /// arena has no room left without a compaction or growth.
+    /// the visited mark carries over), then mark the old one dead. False,
+    /// with nothing changed, when the arena has no room left without a
+    /// compaction or growth.
     #[allow(clippy::too_many_arguments)]
     fn replace(
         &self,
