@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -117,14 +118,24 @@ def gunicorn(tmp_path: Path, *args: str, workers: int = 2, **env: str) -> Iterat
                 os.kill(pid, signal.SIGKILL)
 
 
-def _spread(server: Server, path: str, tries: int = 200) -> dict[int, str]:
-    """GET ``path`` until every worker answered; return {worker pid: answer}."""
+def _spread(server: Server, path: str, timeout: float = 30.0) -> dict[int, str]:
+    """GET ``path`` until every worker answered; return {worker pid: answer}.
+
+    Requests go out in concurrent bursts, one per worker: a sync worker
+    serves one request at a time, so while one is busy the others must
+    accept. Sequential requests can keep landing on the worker that just
+    answered (it is on a CPU when the next request arrives), which on a
+    loaded two-core machine starved one worker for 200 requests in a row.
+    """
     answers: dict[int, str] = {}
-    for _ in range(tries):
-        value, pid = server.get(path).rsplit(" ", 1)
-        answers[int(pid)] = value
-        if len(answers) == len(server.workers()):
-            break
+    deadline = time.monotonic() + timeout
+    expected = len(server.workers())
+    with ThreadPoolExecutor(max_workers=expected) as pool:
+        while len(answers) < expected and time.monotonic() < deadline:
+            for body in pool.map(lambda _: server.get(path), range(expected)):
+                value, pid = body.rsplit(" ", 1)
+                answers[int(pid)] = value
+            time.sleep(0.01)
     return answers
 
 
