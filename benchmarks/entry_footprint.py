@@ -25,8 +25,8 @@ from nearcache import _native
 
 KEY_BYTES = 36
 #: The engine's entry header (layout.rs: ENTRY_HEADER) and alignment.
-ENTRY_HEADER = 20
-ALIGN = 8
+ENTRY_HEADER = 16
+ALIGN = 4
 
 
 def keys(start: int, count: int) -> list[bytes]:

@@ -19,7 +19,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use nearcache_core::layout::{entry_size, MAX_KEY_LEN};
-use nearcache_core::{Cache, Error, OpenOptions, Value, FLAG_INT};
+use nearcache_core::{Cache, Error, OpenOptions, Value, FLAG_INT, FLAG_SPILLED};
 use nearcache_fuzz::{scratch, value_for, Input};
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -77,7 +77,16 @@ fn caches() -> &'static [Cache; 2] {
     CACHES.get_or_init(|| {
         let open = |name: &str, size: usize, shards: usize| {
             let opts =
-                OpenOptions { size: Some(size), shards, recreate: true, ..Default::default() };
+                // Spilling off: values beyond a shard's limit are refused
+                // (the model checks that); spilled values are the
+                // `concurrent` target's.
+                OpenOptions {
+                    size: Some(size),
+                    shards,
+                    recreate: true,
+                    spill_budget: 0,
+                    ..Default::default()
+                };
             Cache::open(scratch().join(name), &opts).expect("open scratch cache")
         };
         [open("ops-a", 4096 + 16 * 1024, 1), open("ops-b", 4096 + 4 * 16 * 1024, 4)]
@@ -135,7 +144,7 @@ impl Run<'_> {
         let flags = match input.u8() % 5 {
             0 => FLAG_INT,
             1 => 16,
-            2 => u32::MAX,
+            2 => !FLAG_SPILLED, // every bit a caller may use
             _ => 0,
         };
         let len = if flags == FLAG_INT && len % 2 == 0 { 8 } else { len };
@@ -165,6 +174,9 @@ impl Run<'_> {
             }
             op @ (2..=5) => {
                 let (data, flags) = Self::value(input, k);
+                // Now and then the bit the engine reserves: refused.
+                let reserved = input.u8() % 16 == 0;
+                let flags = if reserved { flags | FLAG_SPILLED } else { flags };
                 let ttl = Self::ttl(input);
                 let before = if valid(key) { c.get(key).unwrap() } else { None };
                 self.check_hit(k, before.as_ref(), "get before write");
@@ -174,6 +186,11 @@ impl Run<'_> {
                     _ => c.replace(key, &data, flags, ttl),
                 };
                 if self.bad_key(k, &r) {
+                    return;
+                }
+                if reserved {
+                    assert!(matches!(r, Err(Error::InvalidArgument(_))), "reserved flags: {r:?}");
+                    self.unchanged(k, &before);
                     return;
                 }
                 if !self.fits(k, data.len()) {

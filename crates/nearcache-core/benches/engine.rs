@@ -60,24 +60,30 @@ fn bench(c: &mut Criterion) {
     g.finish();
 
     // Writes into a full cache: every set pays its share of compaction and
-    // SIEVE eviction.
-    let (small, dir2) = open("evict", 8 << 20);
-    let value = vec![7u8; 160];
-    let many: Vec<Vec<u8>> = (0..200_000).map(key).collect();
+    // SIEVE eviction. 8 MiB, 200,000 keys: each size overflows the cache.
     let mut g = c.benchmark_group("engine_full");
     g.throughput(Throughput::Elements(1));
-    g.bench_function("set_160_evicting", |b| {
-        let mut i = 0;
-        b.iter(|| {
-            i = (i + 1) % many.len();
-            small.set(black_box(&many[i]), &value, 0, 0).unwrap()
-        })
-    });
+    let many: Vec<Vec<u8>> = (0..200_000).map(key).collect();
+    let mut opened = Vec::new();
+    for value_len in [16usize, 160, 1600] {
+        let (small, dir) = open(&format!("evict-{value_len}"), 8 << 20);
+        let value = vec![7u8; value_len];
+        g.bench_function(format!("set_{value_len}_evicting"), |b| {
+            let mut i = 0;
+            b.iter(|| {
+                i = (i + 1) % many.len();
+                small.set(black_box(&many[i]), &value, 0, 0).unwrap()
+            })
+        });
+        opened.push((small, dir));
+    }
     g.finish();
     drop(cache);
-    drop(small);
     let _ = std::fs::remove_dir_all(dir);
-    let _ = std::fs::remove_dir_all(dir2);
+    for (small, dir) in opened {
+        drop(small);
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }
 
 /// Opening per request: open a 64 MiB file, get one key, drop the handle.

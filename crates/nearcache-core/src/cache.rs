@@ -265,7 +265,7 @@ impl Cache {
     pub fn shard_count(&self) -> usize {
         self.geo.shard_count
     }
-    /// Largest entry (20-byte header + key + value, padded to 8) accepted.
+    /// Largest entry (16-byte header + key + value, padded to 4) accepted.
     pub fn max_entry_size(&self) -> usize {
         self.max_entry
     }

@@ -7,14 +7,15 @@
 //! life of that file: whoever chooses keys (URLs, user ids) cannot compute
 //! offline which keys share a shard and a first probe slot, so cannot make
 //! linear probing scan long runs under the lock or evict a shard's other
-//! entries on purpose. One 64-bit hash is split three ways:
+//! entries on purpose. One 64-bit hash is split two ways:
 //!
 //! * bits 0..16  pick the shard (`hash & (shards - 1)`, shards <= 65536),
-//! * bits 16..   pick the first probe slot inside the shard's index,
-//! * bits 32..64 are the slot tag compared before any entry is read.
+//! * bits 32..63 are the 31-bit tag (`tag_of`): the slot stores it, a probe
+//!   compares it before any entry is read, and it gives the home slot
+//!   (`home_slot`), so an index is rebuilt from tags alone.
 //!
-//! The full hash is also stored in each entry and compared before the key
-//! bytes, so a tag collision costs one header read, not a key comparison.
+//! Entries store nothing of the hash: a compaction that walks the arena
+//! hashes each key again for its tag (see `Shard::gather_from_arena`).
 
 /// Identifier of the hash function, recorded in the file header.
 pub const HASH_XXH3_64: u32 = 1;

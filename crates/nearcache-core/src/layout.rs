@@ -6,11 +6,12 @@
 //! shard = [shard header, SHARD_HEADER_SIZE bytes]
 //!         [slot index: slots_per_shard x u64]
 //!         [arena: entries appended in insertion order, 8-byte aligned]
-//! entry = [meta u64: expires_at_ms (48 bits) | (key_len - 1) << 48]
+//! entry = [meta: u32 expires_at_ms low 32 bits,
+//!                u32 expires_at_ms high 16 bits | (key_len - 1) << 16]
 //!         [len u32: value_len (31 bits) | dead << 31][flags u32]
-//!         [tag u32][key bytes][value bytes][pad to 8]
+//!         [key bytes][value bytes][pad to 4]
 //! slot  = 0 (empty) | TOMBSTONE
-//!       | visited << 63 | tag (31 bits) << 32 | (entry offset / 8 + 1)
+//!       | visited << 63 | tag (31 bits) << 32 | (entry offset / 4 + 1)
 //! ```
 //!
 //! All integers are native-endian (the file is a same-host object). The
@@ -37,22 +38,31 @@ pub const MAGIC: [u8; 8] = *b"NEARCACH";
 /// entry headers. Version 5: an index of any multiple of 8 slots, its home
 /// slots the tag scaled to the slot count (`hash::home_slot`). Version 6:
 /// the shard header grouped by writer (see `sh`); `seq` moves only when
-/// entries move, and gets validate the slot they read.
-pub const LAYOUT_VERSION: u32 = 6;
+/// entries move, and gets validate the slot they read. Version 7: 16-byte
+/// entry headers (the tag lives in the slot alone) and entries aligned to
+/// 4 bytes, not 8.
+pub const LAYOUT_VERSION: u32 = 7;
 /// Size of the file header; shards start here, page-aligned.
 pub const HEADER_SIZE: usize = 4096;
 /// Shard sizes are multiples of this.
 pub const PAGE: usize = 4096;
 /// Bytes of a shard header (lock, counters, statistics): four cache lines.
 pub const SHARD_HEADER_SIZE: usize = 256;
-/// Bytes of an entry header. Of the key's hash only the 31-bit tag is
-/// stored (a compaction rebuilds the index from the tags: the tag gives
-/// the home slot); repairs and the eviction of spilled values hash the key
-/// bytes again with the file's seed.
-pub const ENTRY_HEADER: usize = 20;
+/// Bytes of an entry header. The entry stores nothing of its key's hash:
+/// the 31-bit tag a compaction needs to rebuild the index (the tag gives
+/// the home slot) is in the slot that leads to the entry; repairs, `check`
+/// and the eviction of spilled values hash the key bytes again with the
+/// file's seed.
+pub const ENTRY_HEADER: usize = 16;
+/// Entries start at multiples of this, and their sizes are padded to it.
+/// Every word of an entry header is a u32 (the 48-bit expiry is two of
+/// them, changed together only inside a move, see `Shard::touch`), so 4
+/// bytes are all the alignment entries need; 8 would pad half of all
+/// entries by 4 bytes.
+pub const ENTRY_ALIGN: usize = 4;
 /// Smallest shard accepted.
 pub const MIN_SHARD_SIZE: usize = 16 * 1024;
-/// Largest shard accepted (offsets are stored as u32 multiples of 8).
+/// Largest shard accepted (offsets are stored as u32 multiples of 4).
 pub const MAX_SHARD_SIZE: usize = 1 << 34;
 /// Most shards a file may have (the hash's low 16 bits pick the shard).
 pub const MAX_SHARDS: usize = 1 << 16;
@@ -60,7 +70,7 @@ pub const MAX_SHARDS: usize = 1 << 16;
 pub const MAX_KEY_LEN: usize = 64 * 1024;
 /// Largest entry any cache accepts: value lengths are stored in 31 bits
 /// (larger values are spilled to files, see `spill.rs`).
-pub const MAX_ENTRY_SIZE: usize = (1 << 31) - 8;
+pub const MAX_ENTRY_SIZE: usize = (1 << 31) - ENTRY_ALIGN;
 /// Latest expiry an entry can carry (48 bits of Unix ms: the year 10889);
 /// later ones are stored as this.
 pub const MAX_EXPIRES_MS: u64 = (1 << 48) - 1;
@@ -202,15 +212,17 @@ pub const SHARD_MAGIC: u64 = u64::from_ne_bytes(*b"NCSHARD1");
 
 /// Offsets inside an entry header.
 pub mod eh {
-    /// u64: expiry in Unix ms (48 bits, 0 = never) | (key length - 1) << 48.
-    /// Changed in place only by `touch` (one aligned word).
-    pub const META: usize = 0;
+    /// u32: the low 32 bits of the expiry in Unix ms (0 = never, with
+    /// `META_HI`'s low half). `META_LO` and `META_HI` together hold the
+    /// meta word of `entry_meta`; changed in place only by `touch`, inside
+    /// a move.
+    pub const META_LO: usize = 0;
+    /// u32: the expiry's high 16 bits | (key length - 1) << 16.
+    pub const META_HI: usize = 4;
     /// u32: value length (31 bits) | LEN_DEAD.
     pub const LEN: usize = 8;
     /// u32: the caller's flags.
     pub const FLAGS: usize = 12;
-    /// u32: the key's tag (`hash::tag_of`).
-    pub const TAG: usize = 16;
 }
 
 /// Bit of the entry's length word: overwritten, deleted or expired; space
@@ -240,7 +252,7 @@ const _: () = assert!(sh::ENTRIES_LOST + 8 <= SHARD_HEADER_SIZE);
 /// Bytes an entry with these lengths occupies in the arena.
 #[inline]
 pub fn entry_size(key_len: usize, value_len: usize) -> usize {
-    (ENTRY_HEADER + key_len + value_len + 7) & !7
+    (ENTRY_HEADER + key_len + value_len).next_multiple_of(ENTRY_ALIGN)
 }
 
 /// The fixed shape of a cache file, derived from the requested size.
@@ -325,7 +337,7 @@ impl Geometry {
     /// 31 bits, and a longer value would be cut (its tail then parsed as
     /// entries of its own).
     pub fn max_entry_size(&self) -> usize {
-        (self.arena_size() / 2).min(MAX_ENTRY_SIZE) & !7
+        (self.arena_size() / 2).min(MAX_ENTRY_SIZE) & !(ENTRY_ALIGN - 1)
     }
 
     /// Check that the geometry is self-consistent and within limits.
@@ -357,8 +369,8 @@ impl Geometry {
                 self.slots_per_shard, self.shard_size
             ));
         }
-        // Entry offsets are stored as u32 multiples of 8 (+1).
-        if self.arena_size() / 8 >= (u32::MAX - 1) as usize {
+        // Entry offsets are stored as u32 multiples of ENTRY_ALIGN (+1).
+        if self.arena_size() / ENTRY_ALIGN >= (u32::MAX - 1) as usize {
             return bad("arena too large for 32-bit slot offsets".into());
         }
         self.shard_count
@@ -499,6 +511,24 @@ mod tests {
         assert!(g.max_entry_size() > 512 * 1024);
         let tiny = Geometry::for_size(HEADER_SIZE + MIN_SHARD_SIZE, 0).unwrap();
         assert_eq!(tiny.shard_count, 1);
+    }
+
+    #[test]
+    fn entries_are_a_16_byte_header_and_their_bytes_padded_to_4() {
+        // 36-byte keys (the benchmarks' UUIDs): 16-, 160- and 1,600-byte
+        // values take 68, 212 and 1,652 bytes (72, 216, 1,656 in version 6).
+        assert_eq!(entry_size(36, 16), 68);
+        assert_eq!(entry_size(36, 160), 212);
+        assert_eq!(entry_size(36, 1600), 1652);
+        for (k, v) in [(1, 0), (1, 1), (2, 1), (3, 0), (7, 9), (64, 3)] {
+            let size = entry_size(k, v);
+            assert_eq!(size % ENTRY_ALIGN, 0);
+            assert!(size >= ENTRY_HEADER + k + v && size < ENTRY_HEADER + k + v + ENTRY_ALIGN);
+        }
+        // Every header word is a u32 at a multiple of 4.
+        for f in [eh::META_LO, eh::META_HI, eh::LEN, eh::FLAGS] {
+            assert!(f % 4 == 0 && f + 4 <= ENTRY_HEADER);
+        }
     }
 
     #[test]

@@ -7,14 +7,14 @@
 //!   a dead owner and finds `WRITING` set (or `seq` odd) repairs the shard
 //!   (below): a cache may lose entries, it never returns torn data.
 //! * Writes that move or rewrite bytes a published slot may lead to
-//!   (compactions, resets, repairs, in-place counter updates, a growing
-//!   index) are also bracketed by `seq += 1` before and after, so `seq` is
-//!   odd exactly while entries move. Appends, overwrites and deletes do not
-//!   touch `seq`: an entry's bytes never change while a slot leads to it
-//!   (an overwrite appends a new entry and repoints the slot in one atomic
-//!   store; a delete turns the slot into a tombstone), except single
-//!   aligned words, which a reader sees old or new (the expiry `touch`
-//!   sets, the dead mark of an entry being unlinked).
+//!   (compactions, resets, repairs, in-place counter updates, a `touch`
+//!   of the two-word expiry, a growing index) are also bracketed by
+//!   `seq += 1` before and after, so `seq` is odd exactly while entries
+//!   move. Appends, overwrites and deletes do not touch `seq`: an entry's
+//!   bytes never change while a slot leads to it (an overwrite appends a
+//!   new entry and repoints the slot in one atomic store; a delete turns
+//!   the slot into a tombstone), except the dead mark of an entry being
+//!   unlinked, one aligned word a reader sees old or new.
 //! * Gets are optimistic ([`Shard::get_optimistic`]). A reader loads `seq`
 //!   (even), probes the index and copies the value out without the lock,
 //!   then checks that `seq` and the slot it followed are unchanged (up to
@@ -48,13 +48,13 @@
 //!   arena from oldest to newest, clearing the "visited" bit that a hit
 //!   sets and evicting the first unvisited entries, until a fraction of the
 //!   shard is free. Survivors slide down in order (memmove, no scratch
-//!   buffer) and the index is rebuilt from the 31-bit tags the entries
-//!   store (the tag gives the home slot): no key is read or hashed. A
-//!   shard whose used arena is mostly dead copies finds its live entries
-//!   through the index instead of walking the arena
-//!   (`gather_from_index`). Only
-//!   crash repair, `check` and the eviction of spilled values hash keys
-//!   again, with the file's seed (entries do not store their hash).
+//!   buffer) and the index is rebuilt from the 31-bit tags the old slots
+//!   carry (the tag gives the home slot): no key is read or hashed, and
+//!   entries store nothing of their hash. A shard whose used arena is
+//!   mostly dead copies finds its live entries through the index instead
+//!   of walking the arena (`gather_from_index`). Only crash repair,
+//!   `check` and the eviction of spilled values hash keys again, with the
+//!   file's seed.
 //! * Nothing read from shared memory is trusted: every slot offset, entry
 //!   length and bump value is checked against the shard's geometry before
 //!   it is used. A failed check resets the shard (counted in `corruptions`).
@@ -328,8 +328,6 @@ struct Entry {
     key_len: usize,
     val_len: usize,
     flags: u32,
-    /// The key's tag (`tag_of` its hash), stored in the entry.
-    tag: u32,
     dead: bool,
 }
 
@@ -345,10 +343,10 @@ impl Entry {
     }
 }
 
-/// Where the entries of a compaction start: a bit per 8-byte word of the
-/// used arena, with running counts, so that an index slot's offset maps to
-/// the ordinal of its entry (entries are in arena order) in O(1). Bytes:
-/// the used arena / 64, and half that again for the counts.
+/// Where the entries of a compaction start: a bit per `ENTRY_ALIGN` bytes
+/// of the used arena, with running counts, so that an index slot's offset
+/// maps to the ordinal of its entry (entries are in arena order) in O(1).
+/// Bytes: the used arena / 32, and half that again for the counts.
 struct EntryStarts {
     bits: Vec<u64>,
     before: Vec<u32>,
@@ -356,9 +354,9 @@ struct EntryStarts {
 
 impl EntryStarts {
     fn new(entries: &[Entry], bump: usize) -> Self {
-        let mut bits = vec![0u64; bump / 8 / 64 + 1];
+        let mut bits = vec![0u64; bump / ENTRY_ALIGN / 64 + 1];
         for e in entries {
-            let w = e.off / 8;
+            let w = e.off / ENTRY_ALIGN;
             bits[w / 64] |= 1 << (w % 64);
         }
         let mut before = Vec::with_capacity(bits.len());
@@ -372,10 +370,10 @@ impl EntryStarts {
 
     /// Ordinal of the entry starting at `off`, if one does.
     fn ordinal(&self, off: usize) -> Option<usize> {
-        if off % 8 != 0 {
+        if off % ENTRY_ALIGN != 0 {
             return None;
         }
-        let w = off / 8;
+        let w = off / ENTRY_ALIGN;
         let b = *self.bits.get(w / 64)?;
         let bit = 1u64 << (w % 64);
         if b & bit == 0 {
@@ -391,19 +389,19 @@ impl EntryStarts {
 struct Survivors {
     entries: Vec<Entry>,
     visited: Vec<bool>,
+    /// The tag of each entry's slot (the home slot it goes back to).
+    tags: Vec<u32>,
     live_bytes: usize,
     expired: u64,
 }
 
-impl Survivors {
-    fn with_capacity(n: usize) -> Survivors {
-        Survivors {
-            entries: Vec::with_capacity(n),
-            visited: Vec::with_capacity(n),
-            live_bytes: 0,
-            expired: 0,
-        }
-    }
+/// Survivors of a compaction that lie back to back: `len` bytes at `src`,
+/// going to `dst`.
+#[derive(Default)]
+struct Run {
+    src: usize,
+    dst: usize,
+    len: usize,
 }
 
 /// Outcome of an index probe.
@@ -838,7 +836,7 @@ impl<'a> ShardGuard<'a> {
             return Ok(self.shard.arena_size);
         }
         let r = self.hdr(sh::ARENA_RESERVED);
-        if r > self.shard.arena_size as u64 || r % 8 != 0 {
+        if r > self.shard.arena_size as u64 || r % ENTRY_ALIGN as u64 != 0 {
             return Err(Corrupt("reserved arena size out of range"));
         }
         Ok(r as usize)
@@ -859,7 +857,7 @@ impl<'a> ShardGuard<'a> {
     /// The bump pointer, checked against the reserved arena.
     fn bump(&self) -> Check<usize> {
         let b = self.hdr(sh::BUMP);
-        if b > self.arena_reserved()? as u64 || b % 8 != 0 {
+        if b > self.arena_reserved()? as u64 || b % ENTRY_ALIGN as u64 != 0 {
             return Err(Corrupt("bump pointer outside the reserved arena"));
         }
         Ok(b as usize)
@@ -960,21 +958,25 @@ impl<'a> ShardGuard<'a> {
 
     /// Read and check the entry at arena offset `off` (below `bump`).
     fn entry(&self, off: usize, bump: usize) -> Check<Entry> {
-        if off % 8 != 0 || off > bump || bump - off < ENTRY_HEADER {
+        if off % ENTRY_ALIGN != 0 || off > bump || bump - off < ENTRY_HEADER {
             return Err(Corrupt("entry offset outside the used arena"));
         }
         let p = self.arena_ptr(off);
         // SAFETY: off + ENTRY_HEADER <= bump <= arena_size, checked above.
         // Volatile reads: each word is read once into a local, and only the
         // checked local is used afterwards.
-        let (meta, len, flags, tag) = unsafe {
+        // Every field is a u32 at a multiple of 4 from an entry start,
+        // which is a multiple of ENTRY_ALIGN (checked above) in a shard
+        // whose arena starts on a cache line: the reads are aligned.
+        let (meta_lo, meta_hi, len, flags) = unsafe {
             (
-                ptr::read_volatile(p.add(eh::META) as *const u64),
+                ptr::read_volatile(p.add(eh::META_LO) as *const u32),
+                ptr::read_volatile(p.add(eh::META_HI) as *const u32),
                 ptr::read_volatile(p.add(eh::LEN) as *const u32),
                 ptr::read_volatile(p.add(eh::FLAGS) as *const u32),
-                ptr::read_volatile(p.add(eh::TAG) as *const u32),
             )
         };
+        let meta = (meta_hi as u64) << 32 | meta_lo as u64;
         let key_len = (meta >> 48) as usize + 1;
         let val_len = (len & !LEN_DEAD) as usize;
         let size = entry_size(key_len, val_len);
@@ -990,7 +992,6 @@ impl<'a> ShardGuard<'a> {
             key_len,
             val_len,
             flags,
-            tag: tag & 0x7fff_ffff,
             dead: len & LEN_DEAD != 0,
         })
     }
@@ -1000,6 +1001,20 @@ impl<'a> ShardGuard<'a> {
         // SAFETY: e was checked by entry(); the header is inside the arena.
         unsafe {
             ptr::write(self.arena_ptr(e.off + eh::LEN) as *mut u32, e.val_len as u32 | LEN_DEAD)
+        }
+    }
+
+    /// Write the meta word of the entry header at `p` (two u32 words).
+    ///
+    /// # Safety
+    /// `p` is an entry start inside the reserved arena (a multiple of
+    /// ENTRY_ALIGN), with room for the header; the lock is held, and a
+    /// published entry's meta is written only inside a move.
+    unsafe fn write_meta(&self, p: *mut u8, meta: u64) {
+        // SAFETY: per the contract above; both words are 4-aligned.
+        unsafe {
+            ptr::write(p.add(eh::META_LO) as *mut u32, meta as u32);
+            ptr::write(p.add(eh::META_HI) as *mut u32, (meta >> 32) as u32);
         }
     }
 
@@ -1028,7 +1043,7 @@ impl<'a> ShardGuard<'a> {
     }
 
     fn slot_entry_off(v: u64) -> usize {
-        ((v & 0xffff_ffff).wrapping_sub(1).wrapping_mul(8)) as usize
+        ((v & 0xffff_ffff).wrapping_sub(1).wrapping_mul(ENTRY_ALIGN as u64)) as usize
     }
 
     /// A slot leading to the entry at `off` (not marked visited).
@@ -1039,7 +1054,7 @@ impl<'a> ShardGuard<'a> {
     /// A slot with tag `tag` leading to the entry at `off` (not marked
     /// visited).
     fn tagged_slot(tag: u32, off: usize) -> u64 {
-        ((tag as u64) << 32) | (off / 8 + 1) as u64
+        ((tag as u64) << 32) | (off / ENTRY_ALIGN + 1) as u64
     }
 
     /// The tag of a (non-empty, non-tombstone) slot.
@@ -1432,7 +1447,7 @@ impl<'a> ShardGuard<'a> {
             };
             // Checked above on these very values: off + size <= reserved
             // <= arena_size.
-            self.append(off, size, key, hash, value, flags, expires);
+            self.append(off, size, key, value, flags, expires);
             self.add_stat(sh::ITEMS, 1);
             if self.slot(slot) == TOMBSTONE {
                 self.set_hdr(sh::TOMBSTONES, self.hdr(sh::TOMBSTONES).saturating_sub(1));
@@ -1451,27 +1466,19 @@ impl<'a> ShardGuard<'a> {
     /// the reserved arena on the very values it passes, and publishes a
     /// slot for the entry afterwards (nothing leads to it before).
     #[allow(clippy::too_many_arguments)]
-    fn append(
-        &self,
-        off: usize,
-        size: usize,
-        key: &[u8],
-        hash: u64,
-        value: &[u8],
-        flags: u32,
-        expires: u64,
-    ) {
+    fn append(&self, off: usize, size: usize, key: &[u8], value: &[u8], flags: u32, expires: u64) {
         debug_assert!(off + size <= self.shard.arena_size);
         debug_assert_eq!(size, entry_size(key.len(), value.len()));
         let p = self.arena_ptr(off);
         // SAFETY: off + size <= reserved <= arena_size (the caller checked
         // the values it passed, which nothing else can change); we write
         // the header, key and value into the unused tail of the arena.
+        // The header's u32 words are aligned: `off` is a multiple of
+        // ENTRY_ALIGN (every entry size is).
         unsafe {
-            ptr::write(p.add(eh::META) as *mut u64, entry_meta(expires, key.len()));
+            self.write_meta(p, entry_meta(expires, key.len()));
             ptr::write(p.add(eh::LEN) as *mut u32, value.len() as u32);
             ptr::write(p.add(eh::FLAGS) as *mut u32, flags);
-            ptr::write(p.add(eh::TAG) as *mut u32, tag_of(hash));
             ptr::copy_nonoverlapping(key.as_ptr(), p.add(ENTRY_HEADER), key.len());
             ptr::copy_nonoverlapping(value.as_ptr(), p.add(ENTRY_HEADER + key.len()), value.len());
         }
@@ -1509,7 +1516,7 @@ impl<'a> ShardGuard<'a> {
         })();
         // A failed check is met again, and repaired, on the insert path.
         let Ok(Some(off)) = room else { return false };
-        self.append(off, size, key, hash, value, flags, expires);
+        self.append(off, size, key, value, flags, expires);
         // The key keeps its SIEVE mark: an overwrite is a use of the key,
         // and a slot published already marked spares the next reader the
         // compare-and-swap that would pull the slot's line back to it.
@@ -1592,14 +1599,14 @@ impl<'a> ShardGuard<'a> {
     pub(crate) fn touch(&self, key: &[u8], hash: u64, expires: u64, now: &mut Now) -> bool {
         match self.lookup_live(key, hash, now) {
             Some((_, e)) => {
-                // SAFETY: header of a checked entry; the lock is held. A
-                // single aligned word: no seq bracket needed.
-                unsafe {
-                    ptr::write(
-                        self.arena_ptr(e.off + eh::META) as *mut u64,
-                        entry_meta(expires, e.key_len),
-                    )
-                };
+                // The expiry spans two words: a move, so that an optimistic
+                // reader never judges the entry by half of each expiry.
+                self.begin_write();
+                self.begin_move();
+                // SAFETY: header of a checked entry; the lock is held.
+                unsafe { self.write_meta(self.arena_ptr(e.off), entry_meta(expires, e.key_len)) };
+                self.end_move();
+                self.end_write();
                 true
             }
             None => false,
@@ -1846,12 +1853,13 @@ impl<'a> ShardGuard<'a> {
         // The items counter comes from shared memory: bound it before
         // trusting it as an allocation size.
         let items = (self.hdr(sh::ITEMS) as usize).min(active);
-        let Survivors { entries, mut visited, mut live_bytes, expired } =
-            if items.saturating_mul(SPARSE_ARENA_BYTES_PER_ITEM) <= bump {
-                self.gather_from_index(bump, active, items, t)?
-            } else {
-                self.gather_from_arena(bump, active, items, t)?
-            };
+        let mut kept = if items.saturating_mul(SPARSE_ARENA_BYTES_PER_ITEM) <= bump {
+            self.gather_from_index(bump, active, items)?
+        } else {
+            self.gather_from_arena(bump, active, items)?
+        };
+        self.drop_expired(&mut kept, t);
+        let Survivors { entries, mut visited, tags, mut live_bytes, expired } = kept;
         let mut keep = vec![true; entries.len()];
         let arena = reserved;
         let (free_bytes_target, max_items) = if evict {
@@ -1893,10 +1901,13 @@ impl<'a> ShardGuard<'a> {
             stop = idx;
             steps += 1;
         }
-        // Slide survivors down, preserving order.
+        // Slide survivors down, preserving order: one copy per run of
+        // survivors that lie back to back (most of the arena after the
+        // hand's stop is one run).
         let mut new_off = vec![0usize; n];
         let mut write = 0usize;
         let mut new_hand = None;
+        let mut run = Run::default();
         for (i, e) in entries.iter().enumerate() {
             if !keep[i] {
                 continue;
@@ -1904,16 +1915,17 @@ impl<'a> ShardGuard<'a> {
             if i >= stop && new_hand.is_none() {
                 new_hand = Some(write);
             }
-            if e.off != write {
-                // SAFETY: both ranges are inside the used arena (write <=
-                // e.off, e.off + size <= bump); ptr::copy handles overlap.
-                unsafe { ptr::copy(self.arena_ptr(e.off), self.arena_ptr(write), e.size) };
+            if e.off != run.src + run.len {
+                self.slide(&run);
+                run = Run { src: e.off, dst: write, len: 0 };
             }
+            run.len += e.size;
             new_off[i] = write;
             write += e.size;
         }
+        self.slide(&run);
         let kept = n as u64 - evicted;
-        self.rebuild_index(&entries, &keep, &visited, &new_off, active)?;
+        self.rebuild_index(&tags, &keep, &visited, &new_off, active)?;
         self.set_hdr(sh::BUMP, write as u64);
         self.set_hdr(sh::LIVE_BYTES, write as u64);
         self.set_hdr(sh::ITEMS, kept);
@@ -1926,47 +1938,40 @@ impl<'a> ShardGuard<'a> {
         Ok(())
     }
 
-    /// The live entries of the used arena in arena order, their SIEVE
-    /// marks, their bytes and the count of expired entries dropped (their
-    /// spilled files queued): a walk of the arena, then one pass over the
-    /// index for the marks. What a compaction of a mostly live shard reads.
-    fn gather_from_arena(
-        &self,
-        bump: usize,
-        active: usize,
-        items: usize,
-        t: u64,
-    ) -> Check<Survivors> {
-        let mut kept = Survivors::with_capacity(items + 16);
+    /// The entries of the used arena not marked dead, in arena order, with
+    /// their SIEVE marks and tags: a walk of the arena (each key hashed
+    /// again for its tag), then one pass over the index for the marks.
+    /// What a compaction of a mostly live shard reads.
+    fn gather_from_arena(&self, bump: usize, active: usize, items: usize) -> Check<Survivors> {
+        let mut entries = Vec::with_capacity(items + 16);
+        let mut tags = Vec::with_capacity(items + 16);
+        let mut key = Vec::new();
         let mut off = 0;
         while off < bump {
             let e = self.entry(off, bump)?;
             off += e.size;
             if !e.is_dead() {
-                self.admit(&mut kept, e, false, t);
+                // Hashing the key again (its bytes share the header's
+                // cache lines, which the walk has just read) costs less
+                // than finding each entry's slot: measured in engine.md.
+                tags.push(tag_of(self.entry_hash(&e, &mut key)));
+                entries.push(e);
             }
         }
-        kept.visited =
-            self.visited_marks(&EntryStarts::new(&kept.entries, bump), kept.entries.len(), active);
-        Ok(kept)
+        let visited = self.visited_marks(&EntryStarts::new(&entries, bump), entries.len(), active);
+        Ok(Survivors { entries, visited, tags, live_bytes: 0, expired: 0 })
     }
 
     /// As `gather_from_arena`, from the index alone: one pass over the
-    /// slots reads each live entry's offset and mark, the entries are read
-    /// at those offsets and sorted back into arena order. A shard that is
-    /// mostly dead copies (a few keys overwritten again and again) is
-    /// compacted without reading the dead bytes: a 2 MiB shard holding 30
-    /// live entries reads 256 KiB of index instead of 2 MiB of arena. The
-    /// slots must lead to distinct, non-overlapping, live entries below the
-    /// bump pointer; anything else is corruption (the shard is reset).
-    fn gather_from_index(
-        &self,
-        bump: usize,
-        active: usize,
-        items: usize,
-        t: u64,
-    ) -> Check<Survivors> {
-        let mut found: Vec<(Entry, bool)> = Vec::with_capacity(items + 16);
+    /// slots reads each live entry's offset, mark and tag, and the entries
+    /// are read at those offsets and sorted back into arena order. A shard
+    /// that is mostly dead copies (a few keys overwritten again and again)
+    /// is compacted without reading the dead bytes: a 2 MiB shard holding
+    /// 30 live entries reads 256 KiB of index instead of 2 MiB of arena.
+    /// The slots must lead to distinct, non-overlapping, live entries below
+    /// the bump pointer; anything else is corruption (the shard is reset).
+    fn gather_from_index(&self, bump: usize, active: usize, items: usize) -> Check<Survivors> {
+        let mut found: Vec<(Entry, bool, u32)> = Vec::with_capacity(items + 16);
         for s in 0..active {
             let v = self.slot(s);
             if v == 0 || v == TOMBSTONE {
@@ -1976,32 +1981,58 @@ impl<'a> ShardGuard<'a> {
             if e.is_dead() {
                 return Err(Corrupt("index points at a dead entry"));
             }
-            found.push((e, v & SLOT_VISITED != 0));
+            found.push((e, v & SLOT_VISITED != 0, Self::slot_tag(v)));
         }
-        found.sort_unstable_by_key(|(e, _)| e.off);
-        let mut kept = Survivors::with_capacity(found.len());
+        found.sort_unstable_by_key(|(e, _, _)| e.off);
         let mut end = 0;
-        for (e, mark) in found {
+        for (e, _, _) in &found {
             if e.off < end {
                 return Err(Corrupt("index entries overlap"));
             }
             end = e.off + e.size;
-            self.admit(&mut kept, e, mark, t);
         }
-        Ok(kept)
+        Ok(Survivors {
+            entries: found.iter().map(|f| f.0).collect(),
+            visited: found.iter().map(|f| f.1).collect(),
+            tags: found.iter().map(|f| f.2).collect(),
+            live_bytes: 0,
+            expired: 0,
+        })
     }
 
-    /// Keep a live entry for the compaction, or drop it if it expired
-    /// (queueing its spilled file, if any).
-    fn admit(&self, kept: &mut Survivors, e: Entry, visited: bool, t: u64) {
-        if e.expired(t) {
-            self.note_dropped(&e);
-            kept.expired += 1;
-            return;
+    /// Drop the expired entries from what a gatherer found (queueing their
+    /// spilled files, counting them) and total the bytes of the rest: in
+    /// place, the survivors keep their order.
+    fn drop_expired(&self, kept: &mut Survivors, t: u64) {
+        let mut w = 0;
+        for r in 0..kept.entries.len() {
+            let e = &kept.entries[r];
+            if e.expired(t) {
+                self.note_dropped(e);
+                kept.expired += 1;
+                continue;
+            }
+            kept.live_bytes += e.size;
+            if w != r {
+                kept.entries[w] = kept.entries[r];
+                kept.visited[w] = kept.visited[r];
+                kept.tags[w] = kept.tags[r];
+            }
+            w += 1;
         }
-        kept.live_bytes += e.size;
-        kept.entries.push(e);
-        kept.visited.push(visited);
+        kept.entries.truncate(w);
+        kept.visited.truncate(w);
+        kept.tags.truncate(w);
+    }
+
+    /// Move a run of survivors down to its new place.
+    fn slide(&self, run: &Run) {
+        if run.len > 0 && run.src != run.dst {
+            // SAFETY: both ranges are inside the used arena (dst < src, the
+            // run's entries were checked below the bump pointer);
+            // ptr::copy handles the overlap.
+            unsafe { ptr::copy(self.arena_ptr(run.src), self.arena_ptr(run.dst), run.len) };
+        }
     }
 
     /// SIEVE's marks for the `n` entries that `starts` locates, read from
@@ -2019,12 +2050,12 @@ impl<'a> ShardGuard<'a> {
         visited
     }
 
-    /// Rebuild the index of a compacted shard: the kept `entries` now lie
-    /// at `new_off`. An entry's home slot is given by its tag, which the
-    /// entry stores (`home_slot`): no key is read or hashed.
+    /// Rebuild the index of a compacted shard: the kept survivors now lie
+    /// at `new_off`. A survivor's home slot is given by the tag its old
+    /// slot carried (`home_slot`): no key is read or hashed.
     fn rebuild_index(
         &self,
-        entries: &[Entry],
+        tags: &[u32],
         keep: &[bool],
         visited: &[bool],
         new_off: &[usize],
@@ -2033,14 +2064,14 @@ impl<'a> ShardGuard<'a> {
         if self.zero_index() != active {
             return Err(Corrupt("active slot count changed during compaction"));
         }
-        for (i, e) in entries.iter().enumerate() {
+        for (i, &tag) in tags.iter().enumerate() {
             if !keep[i] {
                 continue;
             }
             // The index was zeroed above and kept entries are fewer than
             // the slots, so a free slot exists; the bound only matters if
             // another program writes into the index meanwhile.
-            let mut s = home_slot(e.tag, active);
+            let mut s = home_slot(tag, active);
             let mut probes = 0;
             while self.slot(s) != 0 {
                 probes += 1;
@@ -2050,7 +2081,7 @@ impl<'a> ShardGuard<'a> {
                 s = next_slot(s, active);
             }
             let mark = if visited[i] { SLOT_VISITED } else { 0 };
-            self.set_slot(s, Self::tagged_slot(e.tag, new_off[i]) | mark);
+            self.set_slot(s, Self::tagged_slot(tag, new_off[i]) | mark);
         }
         Ok(())
     }
@@ -2096,9 +2127,6 @@ impl<'a> ShardGuard<'a> {
                 // The index must lead to exactly this entry.
                 let mut key = Vec::new();
                 let hash = self.entry_hash(&e, &mut key);
-                if e.tag != tag_of(hash) {
-                    return Err(format!("entry at {off} stores the wrong tag"));
-                }
                 let p = self.probe(&key, hash, bump).map_err(s)?;
                 match p.found {
                     Some((_, f)) if f.off == off => {}

@@ -122,8 +122,12 @@ fn too_large_value_leaves_cache_unchanged() {
     assert_eq!(before, after, "a refused set must not change anything");
     assert_eq!(c.get(b"victim").unwrap().unwrap().data, b"old");
     assert_eq!(c.get(b"k1").unwrap().unwrap().data, vec![1u8; 1000]);
-    // The largest accepted entry does fit.
-    let fits = vec![1u8; c.max_entry_size() - 32 - 6];
+    // The largest accepted entry does fit, to the byte (header, 6-byte
+    // key, value); one byte more does not.
+    let header = nearcache_core::layout::ENTRY_HEADER;
+    let fits = vec![1u8; c.max_entry_size() - header - 6];
+    let over = vec![1u8; fits.len() + 1];
+    assert!(matches!(c.set(b"victim", &over, 0, 0), Err(Error::ValueTooLarge { .. })));
     c.set(b"victim", &fits, 0, 0).unwrap();
     assert_eq!(c.get(b"victim").unwrap().unwrap().data.len(), fits.len());
     c.check().unwrap();

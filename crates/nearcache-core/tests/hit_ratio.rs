@@ -7,6 +7,7 @@
 
 mod common;
 use common::*;
+use nearcache_core::layout::entry_size;
 use std::collections::{BTreeMap, HashMap};
 
 /// Deterministic xorshift64* generator.
@@ -44,10 +45,6 @@ impl Zipf {
         let u = rng.unit();
         self.cdf.partition_point(|&c| c < u).min(self.cdf.len() - 1)
     }
-}
-
-fn entry_size(k: usize, v: usize) -> usize {
-    (nearcache_core::layout::ENTRY_HEADER + k + v + 7) & !7
 }
 
 /// Exact LRU by bytes.

@@ -178,7 +178,7 @@ def test_calibration_replays_sets_that_rewrite_a_key_space(tmp_path: Path) -> No
     sized = calibrate_size(tmp_path, 1000, 8, 40, key_space=1100)
     assert sized > calibrate_size(tmp_path, 1000, 8, 40)
     held = held_entries(native, path, sized, 8, b"v" * 40, 1000, key_space=1100)[0]
-    assert 1000 <= held <= 1050  # holds what the label says, within 5%
+    assert abs(held - 1000) <= 50  # holds what the label says, within 5% (either side)
 
 
 def test_register_rejects_duplicates() -> None:

@@ -45,7 +45,7 @@ def test_max_value_size_is_the_engine_limit(tmp_path: Path) -> None:
         driver.set("k", b"x" * driver.max_value_size)
         assert len(driver.get("k")) == driver.max_value_size
     with ShmDriver(path=tmp_path / "c", size="1MiB", spill_budget=0) as driver:
-        assert driver.max_value_size == driver.cache.max_entry_size - 28  # 20-byte header + 8
+        assert driver.max_value_size == driver.cache.max_entry_size - 24  # 16-byte header + 8
         driver.set("k", b"x" * driver.max_value_size)
         assert len(driver.get("k")) == driver.max_value_size
 
