@@ -74,7 +74,7 @@ _PARAMS: dict[str, dict[str, int]] = {
 
 _OUR_OVERHEAD = (
     "nearcache's file of the same size also holds its slot index, a 16-byte header per entry, "
-    "space left by overwritten entries until the next compaction, and the 20% of a shard "
+    "space left by overwritten entries until the next compaction, and the 10% of a shard "
     "that a compaction frees"
 )
 
