@@ -403,13 +403,46 @@ struct Survivors {
     expired: u64,
 }
 
-/// Survivors of a compaction that lie back to back: `len` bytes at `src`,
-/// going to `dst`.
-#[derive(Default)]
-struct Run {
+/// A compaction's survivors sliding down in arena order: `write` is
+/// where the next one goes; survivors that lie back to back are moved
+/// together, one copy per run (most of the arena after the hand's stop is
+/// one run).
+struct Slider {
+    write: usize,
+    /// The pending run: `len` bytes at `src`, going to `dst`.
     src: usize,
     dst: usize,
     len: usize,
+}
+
+impl Slider {
+    fn new(write: usize) -> Self {
+        Slider { write, src: 0, dst: write, len: 0 }
+    }
+
+    /// Keep `e` (survivors come in arena order): returns its new offset.
+    fn keep(&mut self, g: &ShardGuard<'_>, e: &Entry) -> usize {
+        if e.off != self.src + self.len {
+            self.flush(g);
+            (self.src, self.dst) = (e.off, self.write);
+        }
+        self.len += e.size;
+        let at = self.write;
+        self.write += e.size;
+        at
+    }
+
+    /// Move the pending run; returns the end of the survivors.
+    fn flush(&mut self, g: &ShardGuard<'_>) -> usize {
+        if self.len > 0 && self.src != self.dst {
+            // SAFETY: both ranges are inside the used arena (dst < src,
+            // the run's entries were checked below the bump pointer);
+            // ptr::copy handles the overlap.
+            unsafe { ptr::copy(g.arena_ptr(self.src), g.arena_ptr(self.dst), self.len) };
+        }
+        self.len = 0;
+        self.write
+    }
 }
 
 /// Outcome of an index probe.
@@ -1903,29 +1936,20 @@ impl<'a> ShardGuard<'a> {
             stop = idx;
             steps += 1;
         }
-        // Slide survivors down, preserving order: one copy per run of
-        // survivors that lie back to back (most of the arena after the
-        // hand's stop is one run).
+        // Slide survivors down, preserving order.
         let mut new_off = vec![0usize; n];
-        let mut write = 0usize;
+        let mut slider = Slider::new(0);
         let mut new_hand = None;
-        let mut run = Run::default();
         for (i, e) in entries.iter().enumerate() {
             if !keep[i] {
                 continue;
             }
             if i >= stop && new_hand.is_none() {
-                new_hand = Some(write);
+                new_hand = Some(slider.write);
             }
-            if e.off != run.src + run.len {
-                self.slide(&run);
-                run = Run { src: e.off, dst: write, len: 0 };
-            }
-            run.len += e.size;
-            new_off[i] = write;
-            write += e.size;
+            new_off[i] = slider.keep(self, e);
         }
-        self.slide(&run);
+        let write = slider.flush(self);
         let kept = n as u64 - evicted;
         self.rebuild_index(&tags, &keep, &visited, &new_off, active)?;
         self.set_hdr(sh::BUMP, write as u64);
@@ -2037,9 +2061,8 @@ impl<'a> ShardGuard<'a> {
         }
         // Slide the survivors down and point their slots at them; the
         // slots of the live entries dropped become tombstones.
-        let mut write = hand;
+        let mut slider = Slider::new(hand);
         let mut new_hand = None;
-        let mut run = Run::default();
         let mut purge = Vec::new();
         let mut dropped_live_bytes = 0;
         for (k, e) in region.iter().enumerate() {
@@ -2053,21 +2076,16 @@ impl<'a> ShardGuard<'a> {
                 continue;
             }
             if k >= stop && new_hand.is_none() {
-                new_hand = Some(write);
+                new_hand = Some(slider.write);
             }
-            if e.off != run.src + run.len {
-                self.slide(&run);
-                run = Run { src: e.off, dst: write, len: 0 };
-            }
-            run.len += e.size;
+            let at = slider.keep(self, e);
             let mark = if visited[k] { SLOT_VISITED } else { 0 };
-            let v = Self::tagged_slot(tags[k], write) | mark;
+            let v = Self::tagged_slot(tags[k], at) | mark;
             if self.slot(slots[k]) != v {
                 self.set_slot(slots[k], v);
             }
-            write += e.size;
         }
-        self.slide(&run);
+        let write = slider.flush(self);
         let mut purged = 0;
         for p in purge {
             purged += self.purge_cluster(p, active)?;
@@ -2142,16 +2160,7 @@ impl<'a> ShardGuard<'a> {
             s = next_slot(s, active);
         }
         for &v in &keep {
-            let mut s = home_slot(Self::slot_tag(v), active);
-            let mut probes = 0;
-            while self.slot(s) != 0 {
-                probes += 1;
-                if probes > len {
-                    return Err(Corrupt("index rewritten during compaction"));
-                }
-                s = next_slot(s, active);
-            }
-            self.set_slot(s, v);
+            self.place(v, active, len)?;
         }
         Ok(len - keep.len())
     }
@@ -2243,16 +2252,6 @@ impl<'a> ShardGuard<'a> {
         kept.tags.truncate(w);
     }
 
-    /// Move a run of survivors down to its new place.
-    fn slide(&self, run: &Run) {
-        if run.len > 0 && run.src != run.dst {
-            // SAFETY: both ranges are inside the used arena (dst < src, the
-            // run's entries were checked below the bump pointer);
-            // ptr::copy handles the overlap.
-            unsafe { ptr::copy(self.arena_ptr(run.src), self.arena_ptr(run.dst), run.len) };
-        }
-    }
-
     /// SIEVE's marks for the `n` entries that `starts` locates, read from
     /// the visited bits of the index's slots (one pass over the index).
     fn visited_marks(&self, starts: &EntryStarts, n: usize, active: usize) -> Vec<bool> {
@@ -2289,18 +2288,26 @@ impl<'a> ShardGuard<'a> {
             // The index was zeroed above and kept entries are fewer than
             // the slots, so a free slot exists; the bound only matters if
             // another program writes into the index meanwhile.
-            let mut s = home_slot(tag, active);
-            let mut probes = 0;
-            while self.slot(s) != 0 {
-                probes += 1;
-                if probes > active {
-                    return Err(Corrupt("index rewritten during compaction"));
-                }
-                s = next_slot(s, active);
-            }
             let mark = if visited[i] { SLOT_VISITED } else { 0 };
-            self.set_slot(s, Self::tagged_slot(tag, new_off[i]) | mark);
+            self.place(Self::tagged_slot(tag, new_off[i]) | mark, active, active)?;
         }
+        Ok(())
+    }
+
+    /// Store slot value `v` in the first empty slot from its home slot, at
+    /// most `bound` probes on (an index rewritten under a compaction, by
+    /// a program that ignores the lock, is corruption).
+    fn place(&self, v: u64, active: usize, bound: usize) -> Check<()> {
+        let mut s = home_slot(Self::slot_tag(v), active);
+        let mut probes = 0;
+        while self.slot(s) != 0 {
+            probes += 1;
+            if probes > bound {
+                return Err(Corrupt("index rewritten during compaction"));
+            }
+            s = next_slot(s, active);
+        }
+        self.set_slot(s, v);
         Ok(())
     }
 
