@@ -392,15 +392,12 @@ impl EntryStarts {
 }
 
 /// What a compaction gathers before it evicts: the live entries in arena
-/// order, their SIEVE marks, their bytes, and how many expired entries it
-/// dropped on the way.
+/// order, their SIEVE marks and their tags.
 struct Survivors {
     entries: Vec<Entry>,
     visited: Vec<bool>,
     /// The tag of each entry's slot (the home slot it goes back to).
     tags: Vec<u32>,
-    live_bytes: usize,
-    expired: u64,
 }
 
 /// A compaction's survivors sliding down in arena order: `write` is
@@ -1885,7 +1882,7 @@ impl<'a> ShardGuard<'a> {
         // The items counter comes from shared memory: bound it before
         // trusting it as an allocation size.
         let items = (self.hdr(sh::ITEMS) as usize).min(active);
-        if evict && self.compact_from_hand(need, bump, reserved, active, t)? {
+        if evict && self.compact_from_hand(need, bump, reserved, active, items, t)? {
             return Ok(());
         }
         let mut kept = if items.saturating_mul(SPARSE_ARENA_BYTES_PER_ITEM) <= bump {
@@ -1893,15 +1890,12 @@ impl<'a> ShardGuard<'a> {
         } else {
             self.gather_from_arena(bump, active, items)?
         };
-        self.drop_expired(&mut kept, t);
-        let Survivors { entries, mut visited, tags, mut live_bytes, expired } = kept;
+        let (mut live_bytes, expired) = self.drop_expired(&mut kept, t);
+        let Survivors { entries, mut visited, tags } = kept;
         let mut keep = vec![true; entries.len()];
         let arena = reserved;
         let (free_bytes_target, max_items) = if evict {
-            (
-                need.max(arena * COMPACT_FREE_PERCENT / 100),
-                active * 3 / 4 * (100 - COMPACT_FREE_PERCENT) / 100,
-            )
+            Self::eviction_targets(need, arena, active)
         } else {
             (0, active * 3 / 4 - 1)
         };
@@ -1976,17 +1970,18 @@ impl<'a> ShardGuard<'a> {
     /// at the start (a full compaction is the same work), dead copies
     /// before the hand worth reclaiming (more than the compaction frees),
     /// or not enough to free behind the hand (the hand has to wrap around).
+    #[allow(clippy::too_many_arguments)]
     fn compact_from_hand(
         &self,
         need: usize,
         bump: usize,
         reserved: usize,
         active: usize,
+        items: usize,
         t: u64,
     ) -> Check<bool> {
         let hand = self.hdr(sh::HAND) as usize;
-        let free_target = need.max(reserved * COMPACT_FREE_PERCENT / 100);
-        let max_items = active * 3 / 4 * (100 - COMPACT_FREE_PERCENT) / 100;
+        let (free_target, max_items) = Self::eviction_targets(need, reserved, active);
         let live_bytes = (self.hdr(sh::LIVE_BYTES) as usize).min(bump);
         if hand == 0 || hand >= bump || bump - live_bytes > free_target {
             return Ok(false);
@@ -2017,7 +2012,6 @@ impl<'a> ShardGuard<'a> {
         }
         // Decide before changing anything: dead and expired entries go,
         // then SIEVE evicts from the hand until the targets are met.
-        let items = (self.hdr(sh::ITEMS) as usize).min(active);
         let tombstones = (self.hdr(sh::TOMBSTONES) as usize).min(active);
         let mut drop = vec![false; region.len()];
         let mut freed = 0usize;
@@ -2107,6 +2101,17 @@ impl<'a> ShardGuard<'a> {
         Ok(true)
     }
 
+    /// What an evicting compaction must reach: free arena bytes (`need`
+    /// at least, and COMPACT_FREE_PERCENT of the reserved arena) and the
+    /// most live entries it may leave (COMPACT_FREE_PERCENT below the
+    /// index's load limit of 3/4).
+    fn eviction_targets(need: usize, reserved: usize, active: usize) -> (usize, usize) {
+        (
+            need.max(reserved * COMPACT_FREE_PERCENT / 100),
+            active * 3 / 4 * (100 - COMPACT_FREE_PERCENT) / 100,
+        )
+    }
+
     /// The slot with tag `tag` that leads to the entry at `off`, if any.
     fn find_slot(&self, tag: u32, off: usize, active: usize) -> Check<Option<usize>> {
         let want = Self::tagged_slot(tag, off);
@@ -2186,7 +2191,7 @@ impl<'a> ShardGuard<'a> {
             }
         }
         let visited = self.visited_marks(&EntryStarts::new(&entries, bump), entries.len(), active);
-        Ok(Survivors { entries, visited, tags, live_bytes: 0, expired: 0 })
+        Ok(Survivors { entries, visited, tags })
     }
 
     /// As `gather_from_arena`, from the index alone: one pass over the
@@ -2222,24 +2227,23 @@ impl<'a> ShardGuard<'a> {
             entries: found.iter().map(|f| f.0).collect(),
             visited: found.iter().map(|f| f.1).collect(),
             tags: found.iter().map(|f| f.2).collect(),
-            live_bytes: 0,
-            expired: 0,
         })
     }
 
     /// Drop the expired entries from what a gatherer found (queueing their
-    /// spilled files, counting them) and total the bytes of the rest: in
-    /// place, the survivors keep their order.
-    fn drop_expired(&self, kept: &mut Survivors, t: u64) {
+    /// spilled files), in place: the survivors keep their order. Returns
+    /// the bytes of the survivors and the count of entries dropped.
+    fn drop_expired(&self, kept: &mut Survivors, t: u64) -> (usize, u64) {
+        let (mut live_bytes, mut expired) = (0, 0);
         let mut w = 0;
         for r in 0..kept.entries.len() {
             let e = &kept.entries[r];
             if e.expired(t) {
                 self.note_dropped(e);
-                kept.expired += 1;
+                expired += 1;
                 continue;
             }
-            kept.live_bytes += e.size;
+            live_bytes += e.size;
             if w != r {
                 kept.entries[w] = kept.entries[r];
                 kept.visited[w] = kept.visited[r];
@@ -2250,6 +2254,7 @@ impl<'a> ShardGuard<'a> {
         kept.entries.truncate(w);
         kept.visited.truncate(w);
         kept.tags.truncate(w);
+        (live_bytes, expired)
     }
 
     /// SIEVE's marks for the `n` entries that `starts` locates, read from
