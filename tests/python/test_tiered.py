@@ -456,6 +456,59 @@ def test_a_read_racing_a_write_leaves_no_stale_l1_copy(racer: str) -> None:
     assert cache.get("k") == "new"
 
 
+def _racing_pair(l1_kind: str, tmp_path: Path) -> tuple[TieredCache, _GatedL2, TieredCache]:
+    """A reader whose L2 reads pause at a gate, and a writer on the same host.
+
+    With a shared L1 the writer is a second cache on the reader's L1 file, as
+    another worker process of the host would be; with a private L1 it is the
+    reader itself (another thread).
+    """
+    l2 = _GatedL2()
+    if l1_kind == "private":
+        reader = TieredCache(MemoryDriver(), l2, invalidation=None)
+        return reader, l2, reader
+    path = tmp_path / "l1"
+    reader = TieredCache(ShmDriver(path=path, size="1MiB"), l2, invalidation=None)
+    writer = TieredCache(ShmDriver(path=path, size="1MiB"), MemoryDriver(), invalidation=None)
+    return reader, l2, writer
+
+
+@pytest.mark.parametrize("l1_kind", ["private", "shared"])
+def test_a_fill_racing_writes_of_other_keys_is_kept(l1_kind: str, tmp_path: Path) -> None:
+    # The generation is per key (striped): on a busy host some key changes
+    # during every L2 round trip, and a host-wide counter made every fill
+    # drop its copy, so L1 emptied under writes and every get went to L2.
+    reader, l2, writer = _racing_pair(l1_kind, tmp_path)
+    l2.set("k", "v")
+    others = [f"other-{i}" for i in range(20)]
+    thread = threading.Thread(target=reader.get, args=("k",))
+    thread.start()
+    assert l2.reading.wait(BOUND)
+    for key in others:
+        writer.set(key, 1)
+        writer.delete(key)
+    l2.gate.set()
+    thread.join(BOUND)
+    assert reader.l1.get("k") == "v"
+    assert reader.stats()["fills_dropped"] == 0
+
+
+@pytest.mark.parametrize("l1_kind", ["private", "shared"])
+def test_a_fill_racing_a_write_of_its_key_on_the_host_is_dropped(
+    l1_kind: str, tmp_path: Path
+) -> None:
+    reader, l2, writer = _racing_pair(l1_kind, tmp_path)
+    l2.set("k", "old")
+    thread = threading.Thread(target=reader.get, args=("k",))
+    thread.start()
+    assert l2.reading.wait(BOUND)
+    writer.delete("k")  # another worker of the host drops the key
+    l2.gate.set()
+    thread.join(BOUND)
+    assert reader.l1.get("k") is None
+    assert reader.stats()["fills_dropped"] == 1
+
+
 # ---------------------------------------------------------------------- stats and limits
 
 

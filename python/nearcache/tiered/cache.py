@@ -32,7 +32,7 @@ from nearcache.tiered.invalidators import (
     RedisInvalidator,
     encode_message,
 )
-from nearcache.tiered.shared import Generation, L1Positions, host_origin, shared_path
+from nearcache.tiered.shared import Epoch, Generation, L1Positions, host_origin, shared_path
 from nearcache.tiered.stream import StreamInvalidator
 from nearcache.tiered.tracking import TrackingInvalidator
 from nearcache.units import Duration
@@ -392,8 +392,17 @@ class TieredCache(Driver):
         elif callable(policy):
             policy(exc, operation, key)
 
-    def _bump(self) -> int:
-        return self._generation.bump()
+    def _bump(self, keys: Iterable[Key] | None = None) -> None:
+        """Move the generation of ``keys`` on (None: of every key)."""
+        self._generation.bump(None if keys is None else [key_bytes(key) for key in keys])
+
+    def _epoch(self, key: Key) -> Epoch:
+        return self._generation.current(key_bytes(key))
+
+    def _epochs(self, keys: list[Key]) -> dict[Key, Epoch]:
+        raws = {key: key_bytes(key) for key in keys}
+        by_raw = self._generation.current_many(raws.values())
+        return {key: by_raw[raw] for key, raw in raws.items()}
 
     def _l1_ttl_for(self, ttl: TTL) -> float:
         """The TTL an L1 copy gets for an L2 entry written with ``ttl``."""
@@ -410,12 +419,12 @@ class TieredCache(Driver):
             self._l1_rejected += 1
             self._l1.delete(key)
 
-    def _fill(self, key: Key, value: Any, left: float | None, epoch: int) -> None:
-        """Copy an L2 hit into L1, unless a write or invalidation raced it."""
+    def _fill(self, key: Key, value: Any, left: float | None, epoch: Epoch) -> None:
+        """Copy an L2 hit into L1, unless a write or invalidation of the key raced it."""
         bound = self._l1_ttl_ms / 1000
         ttl = bound if left is None else (min(left, bound) if bound else left)
         self._l1_store(key, value, ttl)
-        if self._generation.current() != epoch:
+        if self._epoch(key) != epoch:
             self._fills_dropped += 1
             self._l1.delete(key)
 
@@ -440,7 +449,7 @@ class TieredCache(Driver):
     # -- called by the invalidation thread -----------------------------------
 
     def _invalidate(self, keys: list[bytes]) -> None:
-        self._bump()
+        self._generation.bump(keys)
         self._invalidations_received += 1
         # Messages carry stored key bytes (key_bytes); decode them back to
         # the keys they encode, so that int keys and escaped bytes keys match.
@@ -450,7 +459,7 @@ class TieredCache(Driver):
             self._l1.delete_many([decode_key(key) for key in keys])
 
     def _clear_l1(self, *, received: bool = False) -> None:
-        self._bump()
+        self._bump(None)
         if received:
             self._clears_received += 1
         self._l1.clear()
@@ -470,7 +479,7 @@ class TieredCache(Driver):
         return self._get_l2(key, default)
 
     def _get_l2(self, key: Key, default: Any) -> Any:
-        epoch = self._generation.current()
+        epoch = self._epoch(key)
         try:
             value, left = self._l2c.get_with_ttl(key, _MISS)
         except BackendError as exc:
@@ -486,7 +495,7 @@ class TieredCache(Driver):
 
     def get_with_ttl(self, key: Key, default: Any = None) -> tuple[Any, float | None]:
         """From L2, which knows the true TTL (and fill L1)."""
-        epoch = self._generation.current()
+        epoch = self._epoch(key)
         try:
             value, left = self._l2c.get_with_ttl(key, _MISS)
         except BackendError as exc:
@@ -506,7 +515,7 @@ class TieredCache(Driver):
         missing = [key for key in wanted if key not in found]
         if not missing:
             return found
-        epoch = self._generation.current()
+        epochs = self._epochs(missing)
         try:
             fetched = self._l2c.get_many_with_ttl(missing)
         except BackendError as exc:
@@ -516,7 +525,7 @@ class TieredCache(Driver):
         self._l2_hits += len(fetched)
         self._misses += len(missing) - len(fetched)
         for key, (value, left) in fetched.items():
-            self._fill(key, value, left, epoch)
+            self._fill(key, value, left, epochs[key])
             found[key] = value
         return found
 
@@ -526,14 +535,14 @@ class TieredCache(Driver):
         wanted = list(keys)
         if not wanted:
             return {}
-        epoch = self._generation.current()
+        epochs = self._epochs(wanted)
         try:
             fetched = self._l2c.get_many_with_ttl(wanted)
         except BackendError as exc:
             self._failed(self.on_get_error, exc, "get_many", wanted)
             return {}
         for key, (value, left) in fetched.items():
-            self._fill(key, value, left, epoch)
+            self._fill(key, value, left, epochs[key])
         return fetched
 
     def keys(self) -> list[Key]:
@@ -563,7 +572,7 @@ class TieredCache(Driver):
 
     def set(self, key: Key, value: Any, ttl: TTL = None) -> None:
         """L2, then this host's L1, then the invalidation."""
-        before = self._generation.current() if self._generation.shared else 0
+        before = self._epoch(key) if self._generation.shared else None
         try:
             if self._co_append:
                 invalidator = cast(StreamInvalidator, self._invalidator)
@@ -578,14 +587,12 @@ class TieredCache(Driver):
                 self._l2c.set(key, value, ttl)
         except BackendError as exc:
             self._write_failed(exc, "set", key)
-            self._bump()
+            self._bump((key,))
             self._l1_store(key, value, self._l1_ttl_for(ttl))
             return
-        generation = self._bump()
+        self._bump((key,))
         self._l1_store(key, value, self._l1_ttl_for(ttl))
-        if self._generation.shared and (
-            generation != before + 1 or self._generation.current() != generation
-        ):
+        if before is not None and (self._epoch(key) != Generation.after_own_bump(before)):
             # Another process changed something meanwhile (maybe this key,
             # from another host, applied by the listener): do not keep a copy
             # that might be older than L2.
@@ -596,7 +603,7 @@ class TieredCache(Driver):
 
     def _write_failed(self, exc: BackendError, operation: str, key: Any) -> None:
         if self.on_set_error == "raise":
-            self._bump()
+            self._bump(key if isinstance(key, list) else (key,))
             if isinstance(key, list):
                 self._l1.delete_many(key)
             else:
@@ -614,10 +621,10 @@ class TieredCache(Driver):
             self._l2c.set_many(items, ttl)
         except BackendError as exc:
             self._write_failed(exc, "set_many", list(items))
-            self._bump()
+            self._bump(items)
             self._l1_set_many(items, l1_ttl)
             return
-        self._bump()
+        self._bump(items)
         self._l1_set_many(items, l1_ttl)
         self._publish(items)
 
@@ -636,7 +643,7 @@ class TieredCache(Driver):
             self._write_failed(exc, "add", key)
             return False
         if added:
-            self._bump()
+            self._bump((key,))
             self._l1_store(key, value, self._l1_ttl_for(ttl))
             self._publish((key,))
         return added
@@ -648,7 +655,7 @@ class TieredCache(Driver):
         except BackendError as exc:
             self._write_failed(exc, "replace", key)
             return False
-        self._bump()
+        self._bump((key,))
         if replaced:
             self._l1_store(key, value, self._l1_ttl_for(ttl))
             self._publish((key,))
@@ -667,7 +674,7 @@ class TieredCache(Driver):
             self._l1.touch(key, self._l1_ttl_for(ttl))
             self._publish((key,))  # a shorter TTL must not be outlived elsewhere
         else:
-            self._bump()
+            self._bump((key,))
             self._l1.delete(key)
         return touched
 
@@ -678,7 +685,7 @@ class TieredCache(Driver):
         except BackendError as exc:
             self._write_failed(exc, "incr", key)
             raise
-        self._bump()
+        self._bump((key,))
         self._l1.delete(key)
         self._publish((key,))
         return result
@@ -690,12 +697,12 @@ class TieredCache(Driver):
         that fetched the old value while the delete was in flight cannot
         leave it behind.
         """
-        self._bump()
+        self._bump((key,))
         self._l1.delete(key)
         try:
             return self._delete_l2(key)
         finally:
-            self._bump()
+            self._bump((key,))
             self._l1.delete(key)
 
     def _delete_l2(self, key: Key) -> bool:
@@ -724,7 +731,7 @@ class TieredCache(Driver):
         wanted = list(keys)
         if not wanted:
             return 0
-        self._bump()
+        self._bump(wanted)
         self._l1.delete_many(wanted)
         try:
             count = self._l2c.delete_many(wanted)
@@ -732,14 +739,14 @@ class TieredCache(Driver):
             self._failed(self.on_set_error, exc, "delete_many", wanted)
             return 0
         finally:
-            self._bump()  # again: see delete
+            self._bump(wanted)  # again: see delete
             self._l1.delete_many(wanted)
         self._publish(wanted)
         return count
 
     def pop(self, key: Key, default: Any = None) -> Any:
         """L2 pop (atomic where L2 is); L1 and other hosts drop the key."""
-        self._bump()
+        self._bump((key,))
         self._l1.delete(key)
         try:
             value = self._l2c.pop(key, _MISS)
@@ -747,7 +754,7 @@ class TieredCache(Driver):
             self._failed(self.on_set_error, exc, "pop", key)
             return default
         finally:
-            self._bump()  # again: see delete
+            self._bump((key,))  # again: see delete
             self._l1.delete(key)
         if value is _MISS:
             return default

@@ -344,10 +344,12 @@ class RedisInvalidator(ReaderThread, Invalidator):
         if kind == b"message" and len(reply) == 3:
             self._deliver(listener, reply[2])
         elif kind == b"subscribe":
-            # Subscribed (again): anything sent meanwhile was missed.
+            # Subscribed (again): anything sent meanwhile was missed. L1 is
+            # cleared before the channel reports ready, so a write made once
+            # `wait_ready` returned is not wiped by this clear.
             self.subscriptions += 1
-            self._connected.set()
             listener.on_resync()
+            self._connected.set()
 
     def _deliver(self, listener: InvalidationListener, data: bytes) -> None:
         decoded = decode_message(data)
