@@ -592,10 +592,10 @@ class TieredCache(Driver):
             return
         self._bump((key,))
         self._l1_store(key, value, self._l1_ttl_for(ttl))
-        if before is not None and (self._epoch(key) != Generation.after_own_bump(before)):
-            # Another process changed something meanwhile (maybe this key,
-            # from another host, applied by the listener): do not keep a copy
-            # that might be older than L2.
+        if before is not None and self._epoch(key) != Generation.after_own_bump(before):
+            # Another process changed this key (or one of its stripe)
+            # meanwhile, maybe from another host through the listener: do
+            # not keep a copy that might be older than L2.
             self._fills_dropped += 1
             self._l1.delete(key)
         if not (self._co_publish or self._co_append):

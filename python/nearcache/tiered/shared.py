@@ -116,14 +116,14 @@ class Generation:
         """The generations of several keys, read together."""
         every = self._read(_GENERATION_KEY)
         names = {raw: _stripe(raw) for raw in raws}
-        found: Mapping[Any, Any] = (
-            self._l1.get_many(list(set(names.values()))) if self.shared else self._local
-        )
-        out: dict[bytes, Epoch] = {}
-        for raw, name in names.items():
-            value = found.get(name)
-            out[raw] = (every, value if isinstance(value, int) else self._read(name))
-        return out
+        stripes = set(names.values())
+        found: Mapping[Any, Any] = self._l1.get_many(list(stripes)) if self.shared else {}
+        # Each stripe read once; one absent from L1 is made once (`_read`).
+        counters = {
+            name: value if isinstance(value := found.get(name), int) else self._read(name)
+            for name in stripes
+        }
+        return {raw: (every, counters[name]) for raw, name in names.items()}
 
     def bump(self, raws: Iterable[bytes] | None = None) -> None:
         """Move the counters of the keys ``raws`` on (None: of every key)."""
