@@ -21,7 +21,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use nearcache_core::layout::{entry_size, MAX_KEY_LEN};
-use nearcache_core::{CasOutcome, Cache, Error, OpenOptions, Value, FLAG_INT, FLAG_SPILLED};
+use nearcache_core::{Cache, CasOutcome, Error, OpenOptions, Value, FLAG_INT, FLAG_SPILLED};
 use nearcache_fuzz::{scratch, value_for, Input};
 use std::collections::HashMap;
 use std::sync::OnceLock;
