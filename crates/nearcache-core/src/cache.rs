@@ -1171,7 +1171,8 @@ impl Cache {
         self.get_versioned_with(key, |e| Value { data: e.to_vec(), flags: e.flags() })
     }
 
-    /// The version of `key` now (0: absent), read under the lock.
+    /// The version of `key` now (0: absent), read under the lock. Like a
+    /// get, a lock wait that runs out reads as absent (0).
     pub fn version(&self, key: &[u8]) -> Result<u64> {
         let (shard, h) = self.route(key)?;
         let Some(g) = self.lock_for_read(shard)? else { return Ok(0) };
@@ -1225,8 +1226,12 @@ impl Cache {
         expected: u64,
     ) -> Result<CasOutcome> {
         self.check_storable(key, value.len())?;
-        // Cheap early answer: writing the file is the expensive part.
-        let current = self.version(key)?;
+        // Cheap early answer: writing the file is the expensive part. A
+        // write's lock wait: a timeout is an error, not an absent key.
+        let g = self.lock_for_write(shard)?;
+        let current = g.current_version(key, h, &mut Now::new());
+        drop(g);
+        self.reap();
         if current != expected {
             return Ok(CasOutcome::Conflict(current));
         }
