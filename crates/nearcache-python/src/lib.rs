@@ -101,7 +101,9 @@ fn to_py(py: Python<'_>, e: CoreError) -> PyErr {
         CoreError::Overflow => raise(py, &OVERFLOW, msg),
         CoreError::InvalidArgument(_) => raise(py, &INVALID, msg),
         CoreError::Io { ref source, .. } => os_error(py, source, msg),
-        CoreError::LockTimeout { .. } => raise(py, &LOCK_TIMEOUT, msg),
+        CoreError::LockTimeout { .. } | CoreError::AttachTimeout { .. } => {
+            raise(py, &LOCK_TIMEOUT, msg)
+        }
     }
 }
 
