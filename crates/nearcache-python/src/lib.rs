@@ -1090,6 +1090,14 @@ impl NativeCache {
         let d = std::time::Duration::from_secs_f64(seconds.max(0.0));
         py.detach(|| self.inner.debug_hold_shard_mid_write(&k, d)).or_py(py)
     }
+
+    /// Test hook for the torture harness: sweep the spill directory now,
+    /// sparing files changed less than `grace` seconds ago; returns the
+    /// files removed. Releases the GIL.
+    fn _debug_sweep_spilled(&self, py: Python<'_>, grace: f64) -> PyResult<u64> {
+        let d = std::time::Duration::from_secs_f64(grace.max(0.0));
+        py.detach(|| self.inner.sweep_spilled(d)).map(|r| r.removed).or_py(py)
+    }
 }
 
 /// `/dev/shm/nearcache-<uid>`, created 0700 on first use.
