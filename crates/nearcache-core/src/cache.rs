@@ -870,7 +870,6 @@ impl Cache {
     /// entry is removed all the same and the pop fails with that error.
     pub fn pop_with<R>(&self, key: &[u8], f: impl FnOnce(EntryRef<'_>) -> R) -> Result<Option<R>> {
         let (shard, h) = self.route(key)?;
-        let dir = self.spill_dir(false);
         let g = self.lock_for_write(shard)?;
         let mut f = Some(f);
         let hit = g.pop(key, h, &mut Now::new(), |e| {
@@ -878,6 +877,9 @@ impl Cache {
                 return Ok((f.take().expect("called once"))(e));
             }
             let s = SpilledHit::of(&e);
+            // Opened once per handle (the first spilled pop may open the
+            // directory under the lock).
+            let dir = self.spill_dir(false);
             let opened = match (&s.r, &dir) {
                 (None, _) => Err(Refusal::Bad("not a reference")),
                 (Some(r), Ok(Some(d))) => d.open_value(r),
