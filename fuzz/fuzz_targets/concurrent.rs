@@ -12,7 +12,11 @@
 //! Operations must not crash or panic; they may fail with `Error::Corrupt`
 //! (a shard found inconsistent is reset) and reads may return values no
 //! longer than an entry may be. The lock words and shard magics are left
-//! alone (their defences are tested by dedicated tests).
+//! alone (their defences are tested by dedicated tests). Faults of the
+//! process around the engine (no-grace sweeps racing spills, lone
+//! re-opens, zombie lock holders, a `chdir` after a relative open,
+//! descriptor exhaustion) run in `lifecycle`, without a scribbler, where
+//! every read can be held to the model of what was acknowledged.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

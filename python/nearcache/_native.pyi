@@ -295,6 +295,8 @@ class NativeCache:
         """Index of the shard that holds ``key``."""
     def _debug_hold_shard_mid_write(self, key: _Key, seconds: float) -> None:
         """Test hook: lock key's shard, leave it half-written, sleep (GIL released)."""
+    def _debug_sweep_spilled(self, grace: float) -> int:
+        """Test hook: sweep orphaned spill files older than ``grace`` s; files removed."""
     def flush(self) -> None:
         """msync the mapping (for caches on a persistent file system)."""
     def close(self) -> None: ...

@@ -191,7 +191,13 @@ impl Cache {
     /// still alive, closed or not), the new handle shares that mapping,
     /// after the same checks as a first open (see `file::reopen`).
     pub fn open(path: impl AsRef<Path>, opts: &OpenOptions) -> Result<Cache> {
-        let path = path.as_ref();
+        // Resolved once, here: a process that changes its working directory
+        // later (daemons go to /) still names the same file and spill
+        // directory.
+        let given = path.as_ref();
+        let path = std::path::absolute(given)
+            .map_err(|e| Error::io(format!("resolve {}", given.display()), e))?;
+        let path = path.as_path();
         let (map, first_here) = match file::reopen(path, opts) {
             Some(map) => (map, false),
             None => (Cache::map_file(path, opts)?, true),
@@ -213,11 +219,17 @@ impl Cache {
             // opening costs no getpid).
             spill_hand: AtomicUsize::new(crate::lock::my_pid() as usize),
         };
-        if first_here && !matches!(cache.map.how, file::Attach::Shared) {
-            // Alone on the file: no other process can be between linking a
-            // spilled file and publishing it, so every unnamed file is an
-            // orphan and the spilled bytes can be recounted.
-            cache.sweep_spilled_alone()?;
+        if first_here
+            && cache.spill_budget > 0
+            && !cache.allow_foreign_owner
+            && file::in_shared_sticky_dir(path)
+        {
+            // In a directory every user can create names in (/tmp,
+            // /dev/shm), claim `<cache>.spill` now, and refuse one another
+            // user made: left for the first spill, the name could be taken
+            // by anyone meanwhile, and every spill would fail.
+            let dir = SpillDir::open(path, true, false)?.expect("created");
+            let _ = cache.spill.set(dir);
         }
         Ok(cache)
     }
@@ -236,7 +248,8 @@ impl Cache {
             }
             Ok(())
         };
-        let map = Arc::new(file::open(path, opts, &init, &reattach)?.map);
+        let alone = |m: &Mapping, g: &Geometry| sweep_alone(m, g, path, opts);
+        let map = Arc::new(file::open(path, opts, &init, &reattach, &alone)?.map);
         crate::registry::insert(&map);
         Ok(map)
     }
@@ -430,7 +443,7 @@ impl Cache {
             match hit {
                 None => return Ok(None),
                 Some(Hit::Value(r)) => return Ok(Some(r)),
-                Some(Hit::Spilled(s)) => match self.finish_spilled(key, s, &mut f) {
+                Some(Hit::Spilled(s)) => match self.finish_spilled(key, s, false, &mut f) {
                     SpillRead::Got(r) => return Ok(Some(r)),
                     SpillRead::Miss => return Ok(None),
                     SpillRead::Again => continue,
@@ -448,6 +461,17 @@ impl Cache {
         key: &[u8],
         f: impl FnOnce(EntryRef<'_>) -> R,
     ) -> Result<Option<R>> {
+        self.get_once(key, false, f)
+    }
+
+    /// [`Cache::get_locked_with`]; with `whole`, a spilled value is
+    /// verified in memory before `f` sees it (see [`Cache::read_spilled`]).
+    fn get_once<R>(
+        &self,
+        key: &[u8],
+        whole: bool,
+        f: impl FnOnce(EntryRef<'_>) -> R,
+    ) -> Result<Option<R>> {
         let (shard, h) = self.route(key)?;
         let mut f = Some(f);
         for _ in 0..SPILL_READ_TRIES {
@@ -462,7 +486,7 @@ impl Cache {
                 Some(Hit::Value(r)) => return Ok(Some(r)),
                 Some(Hit::Spilled(s)) => {
                     let mut once = |e: EntryRef<'_>| f.take().map(|f| f(e));
-                    match self.finish_spilled(key, s, &mut once) {
+                    match self.finish_spilled(key, s, whole, &mut once) {
                         SpillRead::Got(r) => return Ok(r),
                         SpillRead::Miss => return Ok(None),
                         SpillRead::Again => continue,
@@ -473,20 +497,25 @@ impl Cache {
         Ok(None)
     }
 
-    /// Read the spilled value `s` of `key` through `f`.
+    /// Read the spilled value `s` of `key` through `f` (`whole`: load and
+    /// verify it in memory first, see [`Cache::read_spilled`]).
     fn finish_spilled<R>(
         &self,
         key: &[u8],
         s: SpilledHit,
+        whole: bool,
         f: &mut impl FnMut(EntryRef<'_>) -> R,
     ) -> SpillRead<R> {
-        match self.read_spilled(&s, f) {
+        match self.read_spilled(&s, whole, f) {
             Ok(out) => SpillRead::Got(out),
             // Replaced or removed since the index was read (the entry
             // leaves the index before its file goes): read the index again.
             // If it still names this file, the file was removed behind the
             // cache's back.
             Err(Refusal::Missing) if self.peek_spill_ref(key) != s.r => SpillRead::Again,
+            // This process's own trouble (descriptors, memory, I/O): a miss
+            // here; the value stays for everyone else.
+            Err(Refusal::Local(_)) => SpillRead::Miss,
             Err(_) => {
                 self.refuse_spilled(key, s.r.as_ref());
                 SpillRead::Miss
@@ -496,21 +525,37 @@ impl Cache {
 
     /// Open the file of the spilled value `s` and read it through `f`:
     /// `f`'s result, or why the file was not served.
+    ///
+    /// The value is verified before `f` sees it (`f` may write where it
+    /// cannot be taken back: a batch's output, a C allocator). With
+    /// `whole`, it is read into memory and verified there, and `f` copies
+    /// from memory: `f` then never sees anything but the verified value.
+    /// Without, `f` copies from the verified file, and a read error in
+    /// that copy (an I/O error) makes the caller discard `f`'s result.
     fn read_spilled<R>(
         &self,
         s: &SpilledHit,
+        whole: bool,
         f: impl FnOnce(EntryRef<'_>) -> R,
     ) -> std::result::Result<R, Refusal> {
         let r = s.r.ok_or(Refusal::Bad("not a reference"))?;
         let dir = match self.spill_dir(false) {
             Ok(Some(dir)) => dir,
-            // No directory at all: the value cannot be there.
-            Ok(None) | Err(_) => return Err(Refusal::Bad("no spill directory")),
+            // No directory at all (the path is absolute): the value cannot
+            // be there.
+            Ok(None) => return Err(Refusal::Missing),
+            // This process cannot open it (descriptors, permissions).
+            Err(_) => return Err(Refusal::Local("spill directory")),
         };
-        let file = dir.open_value(&r)?;
+        let mut file = dir.open_value(&r)?;
+        if whole {
+            file.load()?;
+        } else {
+            file.check()?;
+        }
         let out = f(EntryRef::spilled(&file, s.flags, s.expires_ms));
         if file.failed() {
-            Err(Refusal::Bad("read or checksum"))
+            Err(Refusal::Local("read"))
         } else {
             Ok(out)
         }
@@ -630,9 +675,9 @@ impl Cache {
         };
         let written = self.spill_dir(true).and_then(|dir| {
             let dir = dir.expect("created");
-            dir.write(value).map(|r| (dir, r))
+            dir.write(value).map(|(r, publishing)| (dir, r, publishing))
         });
-        let (dir, r) = match written {
+        let (dir, r, publishing) = match written {
             Ok(w) => w,
             Err(e) => {
                 unreserve();
@@ -649,10 +694,14 @@ impl Cache {
                 header_word(&self.map, fh::SPILL_VALUES).fetch_add(1, Ordering::Relaxed);
             }
             _ => {
-                dir.remove(r.id);
-                unreserve();
+                // Whoever removes the file gives its bytes back (once).
+                if dir.remove(r.id) {
+                    unreserve();
+                }
             }
         }
+        // Published (or removed): sweeps may examine the file now.
+        drop(publishing);
         self.reap();
         stored
     }
@@ -720,12 +769,21 @@ impl Cache {
         if dropped.is_empty() {
             return;
         }
-        let dir = self.spill_dir(false).ok().flatten();
+        let dir = self.spill_dir(false);
         for r in dropped {
-            if let Some(dir) = dir {
-                dir.remove(r.id);
+            // The bytes go back exactly once, by whoever removes the file:
+            // here, unless a sweep removed it first (it gave them back), or
+            // this process cannot reach the directory (the file stays an
+            // orphan, counted, until a sweep removes it). No directory at
+            // all: no file to count.
+            let gone = match dir {
+                Ok(Some(dir)) => dir.remove(r.id),
+                Ok(None) => true,
+                Err(_) => false,
+            };
+            if gone {
+                saturating_sub(header_word(&self.map, fh::SPILL_BYTES), r.len);
             }
-            saturating_sub(header_word(&self.map, fh::SPILL_BYTES), r.len);
             saturating_sub(header_word(&self.map, fh::SPILL_VALUES), 1);
         }
     }
@@ -758,8 +816,7 @@ impl Cache {
     pub fn sweep_spilled(&self, grace: std::time::Duration) -> Result<SweepReport> {
         self.live()?;
         let Some(dir) = self.spill_dir(false)? else { return Ok(SweepReport::default()) };
-        let (referenced, _) = self.referenced_spills()?;
-        let report = dir.sweep(&referenced, grace)?;
+        let report = dir.sweep(grace, &mut || Ok(self.referenced_spills()?.0))?;
         // An orphan's bytes were counted when its writer reserved them and
         // nobody took them back: the writer died before publishing, or
         // its entry vanished in a shard reset (which cannot read the
@@ -781,21 +838,6 @@ impl Cache {
         {
             let _ = self.sweep_spilled(SWEEP_GRACE);
         }
-    }
-
-    /// The first process attached: sweep every orphan and recount.
-    fn sweep_spilled_alone(&self) -> Result<()> {
-        let Some(dir) = self.spill_dir(false)? else {
-            header_word(&self.map, fh::SPILL_BYTES).store(0, Ordering::Relaxed);
-            header_word(&self.map, fh::SPILL_VALUES).store(0, Ordering::Relaxed);
-            return Ok(());
-        };
-        let (referenced, bytes) = self.referenced_spills()?;
-        dir.sweep(&referenced, std::time::Duration::ZERO)?;
-        header_word(&self.map, fh::SPILL_BYTES).store(bytes, Ordering::Relaxed);
-        header_word(&self.map, fh::SPILL_VALUES).store(referenced.len() as u64, Ordering::Relaxed);
-        header_word(&self.map, fh::SPILL_SWEPT_MS).store(crate::shard::now_ms(), Ordering::Relaxed);
-        Ok(())
     }
 
     /// Remove `key`; returns whether it was present.
@@ -822,27 +864,69 @@ impl Cache {
     }
 
     /// Remove `key` and hand its value to `f`.
+    ///
+    /// A spilled value's file is opened while the entry is still in the
+    /// index, under the shard lock: once the entry is gone the file is an
+    /// orphan that any sweep may remove, and an open descriptor keeps it
+    /// readable. If this process cannot open it (out of descriptors), the
+    /// entry is removed all the same and the pop fails with that error.
     pub fn pop_with<R>(&self, key: &[u8], f: impl FnOnce(EntryRef<'_>) -> R) -> Result<Option<R>> {
         let (shard, h) = self.route(key)?;
         let g = self.lock_for_write(shard)?;
         let mut f = Some(f);
-        let hit =
-            g.pop(key, h, &mut Now::new(), |e| Hit::of(e, |e| (f.take().expect("called once"))(e)));
+        let hit = g.pop(key, h, &mut Now::new(), |e| {
+            if e.flags() & FLAG_SPILLED == 0 {
+                return Ok((f.take().expect("called once"))(e));
+            }
+            let s = SpilledHit::of(&e);
+            // Opened once per handle (the first spilled pop may open the
+            // directory under the lock).
+            let dir = self.spill_dir(false);
+            let opened = match (&s.r, &dir) {
+                (None, _) => Err(Refusal::Bad("not a reference")),
+                (Some(r), Ok(Some(d))) => d.open_value(r),
+                (Some(_), Ok(None)) => Err(Refusal::Missing),
+                (Some(_), Err(_)) => Err(Refusal::Local("spill directory")),
+            };
+            Err(Box::new((s, opened)))
+        });
         drop(g);
-        // The file of a popped spilled value is read before it is removed.
         let out = match hit {
-            None => None,
-            Some(Hit::Value(r)) => Some(r),
-            Some(Hit::Spilled(s)) => match self.read_spilled(&s, |e| f.take().map(|f| f(e))) {
-                Ok(out) => out,
-                Err(_) => {
-                    self.count_refused();
-                    None
+            None => Ok(None),
+            Some(Ok(r)) => Ok(Some(r)),
+            Some(Err(spilled)) => {
+                let (s, opened) = *spilled;
+                let read = opened.and_then(|mut file| {
+                    file.check()?;
+                    let r = (f.take().expect("called once"))(EntryRef::spilled(
+                        &file,
+                        s.flags,
+                        s.expires_ms,
+                    ));
+                    if file.failed() {
+                        Err(Refusal::Local("read"))
+                    } else {
+                        Ok(r)
+                    }
+                });
+                match read {
+                    Ok(r) => Ok(Some(r)),
+                    Err(Refusal::Local(what)) => Err(Error::io(
+                        "pop of a spilled value (the entry was removed)",
+                        std::io::Error::other(format!(
+                            "this process could not read its file ({what}): out of \
+                             descriptors or memory, or an I/O error"
+                        )),
+                    )),
+                    Err(_) => {
+                        self.count_refused();
+                        Ok(None)
+                    }
                 }
-            },
+            }
         };
         self.reap();
-        Ok(out)
+        out
     }
 
     /// Remove `key` and return its value.
@@ -940,12 +1024,16 @@ impl Cache {
             }
         }
         self.reap();
+        // `f` writes the caller's output: it must see each key at most
+        // once, and only whole, verified values. So spilled values are
+        // verified in memory before `f` runs, and a key whose value was
+        // replaced meanwhile is read again under the lock (never through
+        // optimistic attempts, whose abandoned copies `f` would have made).
         for (i, s) in spilled {
             let key = keys[i].as_ref();
             let mut call = |e: EntryRef<'_>| f(i, e);
-            if let SpillRead::Again = self.finish_spilled(key, s, &mut call) {
-                // Replaced meanwhile: read it again on its own.
-                self.get_with(key, |e| f(i, e))?;
+            if let SpillRead::Again = self.finish_spilled(key, s, true, &mut call) {
+                self.get_once(key, true, |e| f(i, e))?;
             }
         }
         Ok(())
@@ -1156,7 +1244,7 @@ impl Cache {
                 // entry with this version named, even if the entry was
                 // replaced since (the version is then stale, and a CAS
                 // with it fails).
-                Some((Hit::Spilled(s), v)) => match self.finish_spilled(key, s, &mut f) {
+                Some((Hit::Spilled(s), v)) => match self.finish_spilled(key, s, false, &mut f) {
                     SpillRead::Got(r) => return Ok(Some((r, v))),
                     SpillRead::Miss => return Ok(None),
                     SpillRead::Again => continue,
@@ -1241,9 +1329,9 @@ impl Cache {
         let unreserve = || saturating_sub(header_word(&self.map, fh::SPILL_BYTES), len);
         let written = self.spill_dir(true).and_then(|dir| {
             let dir = dir.expect("created");
-            dir.write(value).map(|r| (dir, r))
+            dir.write(value).map(|(r, publishing)| (dir, r, publishing))
         });
-        let (dir, r) = match written {
+        let (dir, r, publishing) = match written {
             Ok(w) => w,
             Err(e) => {
                 unreserve();
@@ -1260,10 +1348,14 @@ impl Cache {
                 header_word(&self.map, fh::SPILL_VALUES).fetch_add(1, Ordering::Relaxed);
             }
             _ => {
-                dir.remove(r.id);
-                unreserve();
+                // Whoever removes the file gives its bytes back (once).
+                if dir.remove(r.id) {
+                    unreserve();
+                }
             }
         }
+        // Published (or removed): sweeps may examine the file now.
+        drop(publishing);
         self.reap();
         out
     }
@@ -1372,6 +1464,14 @@ impl Cache {
         }
     }
 
+    /// Test hook: make every later lone opener of this process stall for
+    /// `pause` inside its sweep of the spill directory, as a process
+    /// stopped or slow while it repairs would. Never called in normal use.
+    #[doc(hidden)]
+    pub fn debug_pause_lone_sweep(pause: std::time::Duration) {
+        LONE_SWEEP_PAUSE_MS.store(pause.as_millis() as u64, Ordering::Relaxed);
+    }
+
     /// Index of the shard holding `key`.
     pub fn shard_index(&self, key: &[u8]) -> usize {
         shard_of(hash_key(self.geo.seed, key), self.geo.shard_count)
@@ -1431,6 +1531,56 @@ fn backoff(n: u32) {
         std::thread::yield_now();
     } else {
         std::thread::sleep(std::time::Duration::from_micros(u64::from(n.min(1000))));
+    }
+}
+
+/// The first process attached (it holds the exclusive attach lock, so no
+/// other process is attached, and none can be between reserving spill
+/// bytes, linking a file and publishing its entry): sweep every orphan and
+/// recount the spilled bytes and values. Runs before the lock is
+/// downgraded, so no process that attaches later can race it.
+fn sweep_alone(m: &Mapping, geo: &Geometry, path: &Path, opts: &OpenOptions) -> Result<()> {
+    let dir = SpillDir::open(path, false, opts.allow_foreign_owner)?;
+    let mut refs = Vec::new();
+    if dir.is_some() {
+        for s in shards_of(m, geo) {
+            match s.lock(opts.lock_timeout) {
+                Ok(g) => g.spilled_refs(&mut refs),
+                // A shard left damaged (a clean attach does not repair):
+                // its references cannot be read, so nothing can be called
+                // an orphan. Refused at its first use, repaired by the next
+                // lone opener, which sweeps then.
+                Err(Error::Corrupt(_)) => {
+                    m.note_damage();
+                    return Ok(());
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    // Entries a repair dropped: their files are orphans now, removed by the
+    // sweep below and not counted by the recount; nothing is left to reap.
+    let base = m.ptr as usize;
+    drop(shard_mod::take_dropped(base..base + m.len));
+    let bytes: u64 = refs.iter().map(|r| r.len).sum();
+    let ids: HashSet<u64> = refs.iter().map(|r| r.id).collect();
+    debug_lone_sweep_pause();
+    if let Some(dir) = dir {
+        dir.sweep(std::time::Duration::ZERO, &mut || Ok(ids.clone()))?;
+    }
+    header_word(m, fh::SPILL_BYTES).store(bytes, Ordering::Relaxed);
+    header_word(m, fh::SPILL_VALUES).store(ids.len() as u64, Ordering::Relaxed);
+    header_word(m, fh::SPILL_SWEPT_MS).store(crate::shard::now_ms(), Ordering::Relaxed);
+    Ok(())
+}
+
+/// See [`Cache::debug_pause_lone_sweep`].
+static LONE_SWEEP_PAUSE_MS: AtomicU64 = AtomicU64::new(0);
+
+fn debug_lone_sweep_pause() {
+    let ms = LONE_SWEEP_PAUSE_MS.load(Ordering::Relaxed);
+    if ms > 0 {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
     }
 }
 

@@ -47,6 +47,12 @@ pub enum Error {
     /// other writers this many times in a row and gave up; its last
     /// attempt wrote nothing.
     TooManyConflicts { conflicts: u32 },
+    /// `open` could not attach within the lock timeout: another process
+    /// holds the file's exclusive attach lock (it opened the file alone and
+    /// is repairing it) and is stopped, traced or gone without letting go,
+    /// or did not finish within the longest wait. `holder` is its pid when
+    /// the file records one. Nothing was changed.
+    AttachTimeout { waited_ms: u64, holder: Option<u32> },
 }
 
 impl Error {
@@ -97,6 +103,19 @@ impl fmt::Display for Error {
                  gave up; its last attempt wrote nothing (raise max_conflicts, or write the \
                  key less often)"
             ),
+            Error::AttachTimeout { waited_ms, holder } => {
+                write!(f, "could not attach to the cache file after {waited_ms} ms: ")?;
+                match holder {
+                    Some(pid) => write!(f, "process {pid}")?,
+                    None => write!(f, "another process")?,
+                }
+                write!(
+                    f,
+                    " holds its exclusive attach lock (it opened the file alone and is \
+                     repairing it) and is stopped, traced or not finishing; the file was \
+                     not opened"
+                )
+            }
         }
     }
 }

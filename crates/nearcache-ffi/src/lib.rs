@@ -249,7 +249,7 @@ fn fail(e: CoreError) -> NcStatus {
         CoreError::NotFound => NC_NOT_FOUND,
         CoreError::Overflow => NC_OVERFLOW,
         CoreError::InvalidArgument(_) => NC_INVALID_ARGUMENT,
-        CoreError::LockTimeout { .. } => NC_LOCK_TIMEOUT,
+        CoreError::LockTimeout { .. } | CoreError::AttachTimeout { .. } => NC_LOCK_TIMEOUT,
         _ => NC_OTHER,
     }
 }

@@ -423,3 +423,46 @@ fn cas_bad_arguments_are_codes_and_change_nothing() {
     assert!(stored, "out-pointers are written only on NC_OK");
     assert_eq!(get_versioned(o.c, b"k"), (Some((b"keep".to_vec(), 5)), v));
 }
+
+#[test]
+fn a_refused_spilled_value_never_reaches_the_allocator() {
+    // The allocator's call is the C caller's hit signal (and its buffer the
+    // caller's to free): a spilled value whose file fails its checksum must
+    // be refused before it is called, in nc_get_many and nc_get alike.
+    let o = open_with("refused", NcOpenOptions { spill_threshold: 4096, ..options(1 << 20) });
+    let value: Vec<u8> = (0..100_000u32).map(|i| (i * 7) as u8).collect();
+    let corrupt = || {
+        let spill = o.dir.join("c.spill");
+        let name: std::path::PathBuf =
+            std::fs::read_dir(&spill).unwrap().next().unwrap().unwrap().path();
+        let mut bytes = std::fs::read(&name).unwrap();
+        bytes[50_000] ^= 0x5a;
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        std::fs::write(&name, &bytes).unwrap();
+    };
+    let keys = [NcBytes { ptr: b"big".as_ptr(), len: 3 }];
+    let mut stored = false;
+    // SAFETY: all pointers valid for their lengths; ctx types match the
+    // allocators.
+    unsafe {
+        let st =
+            nc_store(o.c, b"big".as_ptr(), 3, value.as_ptr(), value.len(), 0, 0, 0, &mut stored);
+        assert_eq!(st, NcStatus::NC_OK);
+        corrupt();
+        let mut out: Vec<Option<(Vec<u8>, u32)>> = vec![None];
+        let ctx = &mut out as *mut _ as *mut c_void;
+        assert_eq!(nc_get_many(o.c, keys.as_ptr(), 1, alloc_at, ctx), NcStatus::NC_OK);
+        assert!(out[0].is_none(), "nc_get_many handed out a refused value");
+
+        let st =
+            nc_store(o.c, b"big".as_ptr(), 3, value.as_ptr(), value.len(), 0, 0, 0, &mut stored);
+        assert_eq!(st, NcStatus::NC_OK);
+        corrupt();
+        let mut got: (Vec<u8>, u32) = (Vec::new(), 0);
+        let mut found = true;
+        let ctx = &mut got as *mut _ as *mut c_void;
+        assert_eq!(nc_get(o.c, b"big".as_ptr(), 3, alloc_vec, ctx, &mut found), NcStatus::NC_OK);
+        assert!(!found);
+        assert!(got.0.is_empty(), "nc_get called the allocator for a refused value");
+    }
+}

@@ -104,7 +104,9 @@ fn to_py(py: Python<'_>, e: CoreError) -> PyErr {
         CoreError::Overflow => raise(py, &OVERFLOW, msg),
         CoreError::InvalidArgument(_) => raise(py, &INVALID, msg),
         CoreError::Io { ref source, .. } => os_error(py, source, msg),
-        CoreError::LockTimeout { .. } => raise(py, &LOCK_TIMEOUT, msg),
+        CoreError::LockTimeout { .. } | CoreError::AttachTimeout { .. } => {
+            raise(py, &LOCK_TIMEOUT, msg)
+        }
         CoreError::TooManyConflicts { .. } => raise(py, &CONFLICT, msg),
     }
 }
@@ -1191,6 +1193,14 @@ impl NativeCache {
         let k = with_key(&self.prefix, key, |k| Ok(k.to_vec()))?;
         let d = std::time::Duration::from_secs_f64(seconds.max(0.0));
         py.detach(|| self.inner.debug_hold_shard_mid_write(&k, d)).or_py(py)
+    }
+
+    /// Test hook for the torture harness: sweep the spill directory now,
+    /// sparing files changed less than `grace` seconds ago; returns the
+    /// files removed. Releases the GIL.
+    fn _debug_sweep_spilled(&self, py: Python<'_>, grace: f64) -> PyResult<u64> {
+        let d = std::time::Duration::from_secs_f64(grace.max(0.0));
+        py.detach(|| self.inner.sweep_spilled(d)).map(|r| r.removed).or_py(py)
     }
 }
 
