@@ -270,11 +270,32 @@ def _resolve(name: str) -> str:
 
 def _open_native(name: str) -> Any:
     from ._native import NativeCache
+    from .errors import IncompatibleFileError
 
     path = _resolve(name)
     if not os.path.exists(path):
         raise FileNotFoundError(f"no cache file at {path}")
-    return NativeCache(path, 0, create=False)
+    try:
+        return NativeCache(path, 0, create=False)
+    except IncompatibleFileError as exc:
+        raise _incompatible_here(exc, path) from exc
+
+
+def _incompatible_here(exc: Exception, path: str) -> Exception:
+    """A file this command cannot read, told in its terms (it opens every file with
+    the file's own size, so only the layout can differ): not the ``Cache()``
+    arguments the engine's message names."""
+    from ._incompatible import engine_facts
+    from .errors import IncompatibleFileError
+
+    facts = engine_facts(str(exc))
+    if path not in facts:
+        facts = f"{facts} ({path})"
+    return IncompatibleFileError(
+        f"{facts}. This nearcache command reads only files of its own layout: use the "
+        "nearcache command of the version that wrote the file, or delete the file once no "
+        "process of that version uses it (the next open creates it anew)"
+    )
 
 
 def _print_mapping(title: str, data: dict[str, Any]) -> None:
