@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import doctest
 import math
 import random
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 
 from nearcache._native import NativeCache
 from nearcache.bench import PROFILES, RunOptions, run
+from nearcache.bench import stats as stats_module
 from nearcache.bench.model import BenchResult, WorkloadResult
 from nearcache.bench.runner import render, write_outputs
 from nearcache.bench.stats import LogHistogram
@@ -66,6 +68,11 @@ def test_histogram_percentiles_match_the_samples_within_a_bucket() -> None:
     assert LogHistogram().percentile(99) == 0
     with pytest.raises(ValueError, match="out of range"):
         h.percentile(101)
+
+
+def test_stats_examples() -> None:
+    result = doctest.testmod(stats_module, verbose=False)
+    assert result.attempted > 0 and result.failed == 0
 
 
 def test_histogram_merge_and_json_form_round_trip() -> None:

@@ -57,7 +57,7 @@ last, see ``registry.rs``):
    held after evicting, and keeps it open while a second process opens it
    (*open, in use*).  Then a process opens it and exits without closing (a
    crash), and the next process alone opens it (*open, after a crash*: the
-   engine checks and repairs every shard).
+   engine checks every shard's header and resets a shard left mid-write).
 
 Every operation is timed alone (``perf_counter_ns`` before and after) into
 a :class:`~nearcache.bench.stats.LogHistogram` (exact below 1 us, 0.2%
@@ -751,7 +751,7 @@ class Large(Workload):
                     "create: a new file; attach: the writer's and reader's opens at the start "
                     "of each evicting window (the largest); clean: alone, after the last "
                     "process closed it; in use: while another process has it open; after "
-                    "crash: alone, after a process died holding it (every shard is checked). "
+                    "crash: alone, after a process died holding it (each shard's header checked). "
                     "held: stats()['held_bytes'], the file's pages.",
                 ],
             ),
