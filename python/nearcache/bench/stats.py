@@ -241,6 +241,29 @@ class LogHistogram:
             [-2, self.max_ns],
         ]
 
+    def to_text(self) -> str:
+        """:meth:`to_list` as one line, ``"bucket:count ..."`` (compact in indented JSON).
+
+        >>> h = LogHistogram()
+        >>> h.record(7); h.record(7); h.record(2048)
+        >>> h.to_text()
+        '7:2 1536:1 -1:2062 -2:2048'
+        >>> LogHistogram.from_text(h.to_text()).percentile(100)
+        2048
+        """
+        return " ".join(f"{b}:{n}" for b, n in self.to_list())
+
+    @classmethod
+    def from_text(cls, text: str) -> LogHistogram:
+        """The histogram :meth:`to_text` described."""
+        try:
+            pairs = [[int(x) for x in item.split(":")] for item in text.split()]
+        except ValueError:
+            raise ValueError(f"bad histogram text {text[:40]!r}") from None
+        if any(len(p) != 2 for p in pairs):
+            raise ValueError(f"bad histogram text {text[:40]!r}")
+        return cls.from_list(pairs)
+
     @classmethod
     def from_list(cls, data: Sequence[Sequence[int]]) -> LogHistogram:
         """The histogram :meth:`to_list` described."""

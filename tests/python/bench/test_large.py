@@ -87,6 +87,11 @@ def test_histogram_merge_and_json_form_round_trip() -> None:
     assert back.counts == a.counts
     with pytest.raises(ValueError, match="bad histogram entry"):
         LogHistogram.from_list([[-3, 1]])
+    text = LogHistogram.from_text(a.to_text())
+    assert text.counts == a.counts and text.max_ns == a.max_ns
+    for bad in ("7:x", "7", "7:1:2"):
+        with pytest.raises(ValueError, match="bad histogram text"):
+            LogHistogram.from_text(bad)
 
 
 # -- room, loops ------------------------------------------------------------------------
@@ -210,6 +215,8 @@ def test_a_tiny_run_measures_every_phase(tmp_path: Path) -> None:
         if c.params["sweep"]:
             assert mm["shards"] == c.params["shards"]
         assert set(m.info["histograms"]) >= {"fill_set", "reader_get", "dict_get"}
+        reader = LogHistogram.from_text(m.info["histograms"]["reader_get"])
+        assert reader.count == mm["reader_get_ops"] and reader.max_ns == mm["reader_get_max_ns"]
     assert not list((tmp_path / "shm").glob("bench-*")), "the files are removed"
     titles = [t.title for t in tables["large"]]
     assert any("shard-size sweep" in t for t in titles)

@@ -544,7 +544,7 @@ class Large(Workload):
             gets = hists[f"{name}_get"].count
             metrics[f"{name}_get_hit_rate"] = res["hits"] / gets if gets else 1.0
             metrics[f"{name}_get_wrong"] = float(res["wrong"])
-        info["histograms"] = {name: hist.to_list() for name, hist in hists.items()}
+        info["histograms"] = {name: hist.to_text() for name, hist in hists.items()}
         return metrics
 
     def _window(
