@@ -229,7 +229,7 @@ def incompatible_in_settings(
     given = [k for k in ("size", "shards") if options.get(k)]
     terms = Terms(
         asked=" and ".join(f'OPTIONS["{k}"] = {options[k]!r}' for k in given),
-        keep=" and ".join(f'remove "{k}" from OPTIONS' for k in given) or "change nothing",
+        keep="remove " + " and ".join(f'"{k}"' for k in given or ["size"]) + " from OPTIONS",
         recreate='OPTIONS["recreate"] = True',
         needs_size="" if options.get("size") else 'an OPTIONS["size"]',
     )

@@ -87,7 +87,7 @@ def incompatible_in_config(
     given = [k for k in ("size", "shards") if options.get(k)]
     terms = Terms(
         asked=" and ".join(f"{key(k)} = {options[k]!r}" for k in given),
-        keep=" and ".join(f"remove {key(k)}" for k in given) or "change nothing",
+        keep="remove " + " and ".join(key(k) for k in given or ["size"]),
         recreate=f"{key('recreate')} = True",
         needs_size="" if options.get("size") else 'a CACHE_NEARCACHE_OPTIONS["size"]',
     )

@@ -82,7 +82,7 @@ def test_django_names_options_size(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     text = str(info.value)
     assert str(tmp_path / "shm" / "mysite") in text
     assert 'OPTIONS["size"] = \'2MiB\' and OPTIONS["shards"] = 2' in text
-    assert 'remove "size" from OPTIONS and remove "shards" from OPTIONS' in text
+    assert 'remove "size" and "shards" from OPTIONS to keep this file' in text
     assert 'OPTIONS["recreate"] = True' in text and "cannot be resized" in text
     assert isinstance(info.value.__cause__, nearcache.IncompatibleFileError)
     _no_python_terms(text)
