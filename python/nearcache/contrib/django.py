@@ -100,6 +100,7 @@ from django.utils.decorators import (  # type: ignore[import-untyped]
 
 from nearcache.cache import DEFAULT_MAX_CONFLICTS, Cache, backoff_seconds, update_conflict
 from nearcache.errors import (
+    IncompatibleFileError,
     NotACounterError,
     SerializationError,
     ValueTooLargeError,
@@ -210,6 +211,31 @@ def open_cache(location: str, options: Mapping[str, Any]) -> Cache:
         return entry[0]
 
 
+def incompatible_in_settings(
+    exc: IncompatibleFileError, location: str, options: Mapping[str, Any]
+) -> IncompatibleFileError:
+    """``exc`` (a changed ``OPTIONS["size"]``, a file of another layout) in settings' terms.
+
+    The engine's remedy speaks of ``Cache()`` arguments; a site changed its
+    ``CACHES`` setting.  See :mod:`nearcache._incompatible`.
+    """
+    from nearcache._incompatible import Terms, reworded
+    from nearcache.cache import default_directory
+
+    if "/" in location or location.startswith("~"):
+        path = os.path.expanduser(location)
+    else:
+        path = os.path.join(default_directory(), location or DEFAULT_LOCATION)
+    given = [k for k in ("size", "shards") if options.get(k)]
+    terms = Terms(
+        asked=" and ".join(f'OPTIONS["{k}"] = {options[k]!r}' for k in given),
+        keep="remove " + " and ".join(f'"{k}"' for k in given or ["size"]) + " from OPTIONS",
+        recreate='OPTIONS["recreate"] = True',
+        needs_size="" if options.get("size") else 'an OPTIONS["size"]',
+    )
+    return reworded(exc, path, terms, bool(options.get("allow_foreign_owner")))
+
+
 def _check_options(backend: str, options: Mapping[str, Any], valid: Iterable[str]) -> None:
     """Raise ImproperlyConfigured for OPTIONS the backend does not know."""
     unknown = set(options) - set(valid)
@@ -263,6 +289,8 @@ class NearCache(BaseCache):  # type: ignore[misc]
         _check_options(type(self).__name__, options, CACHE_OPTIONS)
         try:
             return open_cache(location, options)
+        except IncompatibleFileError as exc:
+            raise incompatible_in_settings(exc, location, options) from exc
         except (TypeError, ValueError) as exc:
             raise ImproperlyConfigured(f"invalid nearcache cache {location!r}: {exc}") from exc
 
@@ -773,6 +801,19 @@ def open_tiered(location: str, l1: Any, options: Mapping[str, Any]) -> Any:
         return entry[0]
 
 
+def incompatible_l1(exc: IncompatibleFileError, l1: Any) -> IncompatibleFileError:
+    """``exc`` raised opening the L1 of ``OPTIONS["l1"]``, in settings' terms."""
+    from nearcache._incompatible import Terms, reworded
+
+    terms = Terms(
+        asked=f'OPTIONS["l1"] = {l1!r}',
+        keep='remove "size" and "shards" from OPTIONS["l1"]',
+        recreate='"recreate": True in OPTIONS["l1"] (recreate=1 in a URL)',
+        needs_size="a size in it",
+    )
+    return reworded(exc, "", terms)
+
+
 class TieredNearCache(NearCache):
     """Django cache backend: nearcache on each host (L1) in front of Redis or memcached (L2).
 
@@ -814,6 +855,8 @@ class TieredNearCache(NearCache):
             )
         try:
             return open_tiered(location, l1, options)
+        except IncompatibleFileError as exc:
+            raise incompatible_l1(exc, l1) from exc
         except (TypeError, ValueError) as exc:
             raise ImproperlyConfigured(f"invalid tiered cache {location!r}: {exc}") from exc
 
