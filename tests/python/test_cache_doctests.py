@@ -11,6 +11,7 @@ import pytest
 MODULES = [
     "nearcache",
     "nearcache.cache",
+    "nearcache.conveniences",
     "nearcache.errors",
     "nearcache.keys",
     "nearcache.locks",
