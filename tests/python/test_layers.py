@@ -183,7 +183,11 @@ def _write(root: Path, files: dict[str, str]) -> Path:
         {  # a type-only import
             "__init__.py": "",
             "a.py": "from nearcache import b\n",
-            "b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from nearcache.a import A\n",
+            "b.py": (
+                "from typing import TYPE_CHECKING\n"
+                "if TYPE_CHECKING:\n"
+                "    from nearcache.a import A\n"
+            ),
         },
         {  # through a package's re-export, relative imports
             "__init__.py": "from nearcache.a import A\n",
