@@ -30,9 +30,12 @@ from nearcache.aio._stores import INLINE_DRIVERS, AsyncStore, InlineStore, Threa
 from nearcache.aio.lock import AsyncLock
 from nearcache.aio.memoize import AsyncMemoized, async_memoize
 from nearcache.cache import Cache
+from nearcache.config import from_url
 from nearcache.drivers.base import TTL, Driver, Key, check_key_collection
+from nearcache.drivers.shm import ShmDriver
 from nearcache.errors import ConfigurationError
 from nearcache.steps import Call, Steps, run_async
+from nearcache.tiered import TieredCache
 from nearcache.units import Duration
 
 __all__ = ["AsyncCache"]
@@ -42,8 +45,6 @@ R = TypeVar("R")
 
 
 def _make_store(driver: Driver, offloader: Offloader) -> AsyncStore:
-    from nearcache.tiered import TieredCache
-
     if isinstance(driver, TieredCache):
         return TieredStore(driver, offloader)
     if driver.name in INLINE_DRIVERS:
@@ -89,22 +90,16 @@ class AsyncCache:
         driver: Driver
         if backend is None or isinstance(backend, str):
             if backend is not None and "://" in backend:
-                from nearcache.config import from_url
-
                 made = from_url(backend, **options)
                 if not isinstance(made, Driver):
                     raise ConfigurationError(f"{backend!r} does not name a driver")
                 driver = made
             else:
-                from nearcache.drivers.shm import ShmDriver
-
                 driver = ShmDriver(cache=Cache(backend, **options))
             owns = True
         elif options:
             raise ConfigurationError("options are for a cache opened by name or URL")
         elif isinstance(backend, Cache):
-            from nearcache.drivers.shm import ShmDriver
-
             driver = ShmDriver(cache=backend)
         elif isinstance(backend, Driver):
             driver = backend
