@@ -99,6 +99,7 @@ __all__ = [
     "CacheClosedError",
     "CounterOverflowError",
     "Driver",
+    "EncodedKey",
     "Error",
     "InvalidKeyError",
     "Key",
@@ -122,13 +123,31 @@ _T = TypeVar("_T")
 _DriverT = TypeVar("_DriverT", bound="Driver")
 
 
+class EncodedKey(bytes):
+    """A key already encoded by :func:`key_bytes`, handed down so that it is
+    not encoded again.
+
+    :func:`key_bytes` returns it as it is, so a driver whose keys all go
+    through :func:`key_bytes` (:attr:`Driver.accepts_encoded_keys`) takes it
+    in place of the key it encodes.  The tiered cache encodes each key once,
+    at its door, and hands these to such tiers.  Anywhere else (a
+    :class:`~nearcache.Cache`, the engine) it is an ordinary ``bytes`` key.
+    """
+
+    __slots__ = ()
+
+
 def key_bytes(key: Key) -> bytes:
     """Return the bytes a driver stores ``key`` under (:func:`nearcache.keys.encode_key`).
+
+    An :class:`EncodedKey` is returned as it is (it was encoded already).
 
     Raises:
         KeyTypeError: ``key`` is not ``str``, ``bytes`` or ``int``.
         InvalidKeyError: ``key`` is empty.
     """
+    if key.__class__ is EncodedKey:
+        return key
     data = encode_key(key)
     if not data:
         raise InvalidKeyError("the empty key is not a cache key")
@@ -175,6 +194,9 @@ class Driver(PolicyMethods, ABC):
 
     #: Short name used in configuration URLs and stats.
     name: ClassVar[str] = "driver"
+    #: Whether every key this driver takes goes through :func:`key_bytes`, so
+    #: that it takes an :class:`EncodedKey` in place of a key (see there).
+    accepts_encoded_keys: ClassVar[bool] = False
 
     #: Seconds: how much later than its TTL an entry may still be seen.
     ttl_resolution: float = 0.001
