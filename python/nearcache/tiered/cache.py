@@ -5,6 +5,7 @@ See :mod:`nearcache.tiered` for the read, write, invalidation and failure rules.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
@@ -85,6 +86,23 @@ class _Listener(InvalidationListener):
         cache = self._target()
         if cache is not None:
             cache._resync()
+
+    def on_listening(self) -> None:
+        cache = self._target()
+        if cache is not None:
+            cache._listening()
+
+
+def _channel_id(invalidator: Invalidator) -> str:
+    """A short name for what ``invalidator`` listens to (its server, channel,
+    stream or tracked prefix): the election is per host and channel, so caches
+    of one L1 file on different channels each have their listener."""
+    parts = [type(invalidator).__name__]
+    for name in ("url", "channel", "stream", "prefix"):
+        value = getattr(invalidator, name, None)
+        if isinstance(value, bytes | str):
+            parts.append(f"{name}={value!r}")
+    return hashlib.blake2b("|".join(parts).encode(), digest_size=6).hexdigest()
 
 
 def _socket_timeout(client: Any) -> float | None:
@@ -234,6 +252,9 @@ class TieredCache(Driver):
             self._l2, "set_and_append"
         )
         self._election: ListenerElection | None = None
+        self._takeovers = 0
+        self._takeover_clears = 0
+        self._taking_over = False
         invalidator = self._invalidator
         if invalidator is None:
             return
@@ -241,14 +262,28 @@ class TieredCache(Driver):
         path = shared_path(l1)
         if isinstance(invalidator, StreamInvalidator):
             invalidator.set_positions(L1Positions(l1, invalidator.stream))
-            if path is not None:
-                # One listener per host: the processes sharing this L1 elect it.
-                self._election = ListenerElection(path + ".listener")
-                self._election.start(lambda: invalidator.start(listener))
-        if self._election is None:
+        if path is not None:
+            # One listener per host and channel, in every invalidation mode:
+            # the processes sharing this L1 elect it; the others only publish.
+            self._election = ListenerElection(f"{path}.listener-{_channel_id(invalidator)}")
+            if isinstance(invalidator, RedisInvalidator):
+                invalidator.restart_after_fork = False  # the election decides
+            self._election.start(lambda: self._elected(invalidator, listener))
+        else:
             invalidator.start(listener)
         if ready_timeout > 0:
             self.wait_ready(ready_timeout)
+
+    def _elected(self, invalidator: Invalidator, listener: InvalidationListener) -> None:
+        """This process became the host's listener (on the election thread)."""
+        election = self._election
+        if election is not None and election.took_over:
+            # Another process listened before and is gone: what was sent
+            # meanwhile reached no one here, so the first session must replay
+            # it (a stream whose history is intact) or clear L1 (see _resync).
+            self._takeovers += 1
+            self._taking_over = True
+        invalidator.start(listener)
 
     def _build_get(self) -> Callable[[Key, Any], Any]:
         """The hot path as a closure: one call into L1, one comparison, one count.
@@ -477,7 +512,12 @@ class TieredCache(Driver):
 
     def _resync(self) -> None:
         self._resyncs += 1
+        if self._taking_over:
+            self._takeover_clears += 1  # a takeover that could not replay
         self._clear_l1()
+
+    def _listening(self) -> None:
+        self._taking_over = False  # the first session after a takeover is up
 
     # -- reads ---------------------------------------------------------------
 
@@ -840,6 +880,8 @@ class TieredCache(Driver):
             "invalidations_received": self._invalidations_received,
             "clears_received": self._clears_received,
             "resyncs": self._resyncs,
+            "takeovers": self._takeovers,
+            "takeover_clears": self._takeover_clears,
             "l1_rejected": self._l1_rejected,
             "fills_dropped": self._fills_dropped,
             "l1_ttl": self.l1_ttl,
