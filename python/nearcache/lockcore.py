@@ -27,13 +27,15 @@ import secrets
 import time
 from collections.abc import Iterator
 from datetime import timedelta
-from typing import ClassVar, Final
+from typing import ClassVar, Final, Generic, TypeVar
 
 from nearcache.errors import ConfigurationError, LockNotOwnedError, LockTimeoutError
 from nearcache.steps import Sleep, Steps, call
 from nearcache.units import Duration, parse_duration
 
 __all__ = ["LOCK_NAMESPACE", "LockCore", "backoff"]
+
+S = TypeVar("S")
 
 #: Prefix of the cache keys that hold locks.
 LOCK_NAMESPACE: Final = "nearcache.lock:"
@@ -67,13 +69,27 @@ def backoff(
         delay = min(delay * factor, most)
 
 
-class LockCore:
-    """The state of one lock object and the steps of its operations."""
+class LockCore(Generic[S]):
+    """The state of one lock object and the steps of its operations.
+
+    ``cache`` is the store the driver makes the steps' calls on (the core
+    itself never touches it); ``timeout`` is how long an acquire waits
+    (``None``: as long as it takes; ``0``: one try); ``expire`` the lock's
+    lifetime in the cache (positive; seconds, timedelta or "30s").
+    """
 
     #: How the reentry error names the object.
     _kind: ClassVar[str] = "lock"
 
-    def __init__(self, name: str, timeout: float | timedelta | None, expire: Duration) -> None:
+    def __init__(
+        self,
+        cache: S,
+        name: str,
+        *,
+        timeout: float | timedelta | None = None,
+        expire: Duration = 60.0,
+    ) -> None:
+        self.cache = cache
         if not isinstance(name, str) or not name:
             raise ConfigurationError(f"lock name must be a non-empty str, got {name!r}")
         self.name = name

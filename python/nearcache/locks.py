@@ -45,7 +45,7 @@ from nearcache.units import Duration
 __all__ = ["LOCK_NAMESPACE", "Lock"]
 
 
-class Lock(LockCore):
+class Lock(LockCore[Store]):
     """A named lock shared by every process using ``cache``.
 
     ``timeout`` is how long :meth:`acquire` (and ``with``) waits: ``None``
@@ -60,17 +60,6 @@ class Lock(LockCore):
     """
 
     _kind: ClassVar[str] = "Lock object"
-
-    def __init__(
-        self,
-        cache: Store,
-        name: str,
-        *,
-        timeout: float | timedelta | None = None,
-        expire: Duration = 60.0,
-    ) -> None:
-        super().__init__(name, timeout, expire)
-        self.cache = cache
 
     # ------------------------------------------------------------------ acquire
 

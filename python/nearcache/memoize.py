@@ -131,6 +131,7 @@ from nearcache.stampede import (
     _is_async,
     _Memo,
     call_steps,
+    lead_steps,
     refresh_steps,
 )
 from nearcache.steps import Call, Spawn, run, run_async
@@ -188,7 +189,7 @@ class MemoizeDecorator(Protocol):
 def _refresh_sync(
     memo: _Memo[Any],
     key: str,
-    lock: LockCore,
+    lock: LockCore[Any],
     expires: float,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
@@ -198,9 +199,18 @@ def _refresh_sync(
 
 
 def _call_sync(memo: _Memo[R], args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
-    store = memo.cache
-    key = run(memo.key_steps(args, kwargs), store)
-    return cast(R, run(call_steps(memo, key), store, lambda: memo.func(*args, **kwargs)))
+    store: Any = memo.cache
+    # A hit costs one read: without tags the key needs no store call, and the
+    # core's first step is that read (the steps below run on a miss only).
+    key = (
+        memo.base_key(args, kwargs)
+        if memo.tags is None
+        else run(memo.key_steps(args, kwargs), store)
+    )
+    read = memo.classify(store.get(key, _MISS))
+    if read[0] == _FRESH:
+        return cast(R, read[1])
+    return cast(R, run(lead_steps(memo, key, read), store, lambda: memo.func(*args, **kwargs)))
 
 
 async def _call_async(memo: _Memo[Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

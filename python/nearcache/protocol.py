@@ -4,20 +4,20 @@ The package is built in layers, each importing only the layers below it
 (``docs/design/python.md`` draws them; ``tests/python/test_layers.py``
 fails on any import circle)::
 
-    conveniences   Cache.memoize, Driver.lock ...   nearcache.conveniences
+    stores         Cache, drivers, tiered, aio      bind the policies as methods
+    conveniences   PolicyMethods: .memoize, .lock   nearcache.conveniences
     policies       memoize, locks, tags             work on any Store
     cores          lock, stampede, tag records      plain state transitions, no I/O
     protocol       Store, the steps a core yields   this module, nearcache.steps
-    stores         Cache (nearcache.cache), drivers, tiered, aio
+    foundations    keys, canonical, units, errors, serializers
 
-The stores do not import the policies, and the policies do not import the
-stores: a policy takes any object with the methods below.  Both
-:class:`~nearcache.Cache` and every :class:`~nearcache.drivers.base.Driver`
-(a tiered cache included) have them; the TTL and key rules are those of
-:mod:`nearcache.drivers.base`.  The conveniences bind a policy to a store
-(``cache.memoize(...)`` is ``memoize(cache, ...)``): they are a mixin the
-store classes inherit, so a store module imports the conveniences, never
-the reverse.
+The policies never import a store: they take any object with the methods
+below.  :class:`~nearcache.Cache` and every
+:class:`~nearcache.drivers.base.Driver` (a tiered cache included) have
+them; the TTL and key rules are those of :mod:`nearcache.drivers.base`.
+``cache.memoize(...)`` is ``memoize(cache, ...)``: a store offers the
+policies as methods by inheriting :class:`nearcache.conveniences.PolicyMethods`,
+so a store module imports the conveniences, never the reverse.
 """
 
 from __future__ import annotations

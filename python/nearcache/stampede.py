@@ -262,9 +262,10 @@ class _Memo(Generic[R]):
             reason,
         )
 
-    def lock(self, key: str) -> LockCore:
-        """The stampede lock of ``key``: one try, held at most ``lock_ttl``."""
-        return LockCore(key, timeout=0, expire=self.lock_ttl)
+    def lock(self, key: str) -> LockCore[None]:
+        """The stampede lock of ``key``: one try, held at most ``lock_ttl``
+        (its steps run on the memo's store, through the caller's driver)."""
+        return LockCore(None, key, timeout=0, expire=self.lock_ttl)
 
 
 def _qualified_type(value: object) -> str:
@@ -334,7 +335,7 @@ def store_steps(memo: _Memo[Any], key: str, value: Any, delta: float) -> Steps[N
         memo.store_failed(value, exc)
 
 
-def _release_steps(lock: LockCore) -> Steps[None]:
+def _release_steps(lock: LockCore[Any]) -> Steps[None]:
     try:
         yield from lock.release_steps()
     except Exception:  # expired meanwhile (or the store failed): nothing to free
@@ -382,7 +383,7 @@ def lead_steps(memo: _Memo[Any], key: str, read: Read) -> Steps[Any]:
             return value
 
 
-def refresh_steps(memo: _Memo[Any], key: str, lock: LockCore, expires: float) -> Steps[None]:
+def refresh_steps(memo: _Memo[Any], key: str, lock: LockCore[Any], expires: float) -> Steps[None]:
     """Recompute and store one entry in the background, then free its lock; a
     failure is logged and leaves the stale value in place."""
     try:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Awaitable, Callable, Generator
-from typing import Any, NamedTuple, TypeAlias, TypeVar
+from typing import Any, NamedTuple, TypeAlias, TypeVar, cast
 
 __all__ = ["Call", "Compute", "Op", "Sleep", "Spawn", "Steps", "call", "run", "run_async"]
 
@@ -69,6 +69,15 @@ def call(method: str, *args: Any) -> Call:
     return Call(method, args)
 
 
+def _resume(steps: Steps[Any], reply: Any, error: BaseException | None) -> tuple[Op | None, Any]:
+    """Send the last op's outcome into the core (or throw its error): ``(next
+    op, None)``, or ``(None, result)`` once the core returned."""
+    try:
+        return (steps.send(reply) if error is None else steps.throw(error)), None
+    except StopIteration as done:
+        return None, done.value
+
+
 def run(
     steps: Steps[R],
     store: Any,
@@ -79,10 +88,9 @@ def run(
     reply: Any = None
     error: BaseException | None = None
     while True:
-        try:
-            op = steps.send(reply) if error is None else steps.throw(error)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+        op, result = _resume(steps, reply, error)
+        if op is None:
+            return cast(R, result)
         reply, error = None, None
         try:
             if op.__class__ is Call:
@@ -114,10 +122,9 @@ async def run_async(
     reply: Any = None
     error: BaseException | None = None
     while True:
-        try:
-            op = steps.send(reply) if error is None else steps.throw(error)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+        op, result = _resume(steps, reply, error)
+        if op is None:
+            return cast(R, result)
         reply, error = None, None
         try:
             if op.__class__ is Call:

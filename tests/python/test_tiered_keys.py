@@ -11,6 +11,7 @@ the test counts.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -96,9 +97,20 @@ def test_many_key_operations_encode_each_key_once(
 def test_an_encoded_key_is_the_key_it_encodes() -> None:
     encoded_side, plain_side = MemoryDriver(), MemoryDriver()
     for key in KEYS:
-        encoded = EncodedKey(key_bytes(key))
+        encoded = EncodedKey(key_bytes(key), key)
         assert key_bytes(encoded) is encoded  # not encoded again
         encoded_side.set(encoded, key)
         plain_side.set(key, key)
         assert encoded_side.get(key) == key  # the same entry as the key itself
+        assert repr(encoded) == repr(key)  # messages name the key, not its bytes
     assert sorted(map(repr, encoded_side.keys())) == sorted(map(repr, plain_side.keys()))
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_errors_name_the_callers_key(tiered: TieredCache, key: Any) -> None:
+    with pytest.raises(KeyError) as raised:
+        tiered.incr(key, 1, None)
+    assert raised.value.args == (key,)
+    tiered.set(key, "text")
+    with pytest.raises(TypeError, match=re.escape(repr(key))):
+        tiered.incr(key, 1)

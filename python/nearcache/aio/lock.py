@@ -26,7 +26,7 @@ from nearcache.units import Duration
 __all__ = ["AsyncLock"]
 
 
-class AsyncLock(LockCore):
+class AsyncLock(LockCore[StoreHolder]):
     """A named lock shared by every process (and task) using the cache.
 
     ``timeout``: how long :meth:`acquire` and ``async with`` wait (``None``:
@@ -36,17 +36,6 @@ class AsyncLock(LockCore):
     """
 
     _kind: ClassVar[str] = "AsyncLock"
-
-    def __init__(
-        self,
-        cache: StoreHolder,
-        name: str,
-        *,
-        timeout: float | timedelta | None = None,
-        expire: Duration = 60.0,
-    ) -> None:
-        super().__init__(name, timeout, expire)
-        self.cache = cache
 
     async def _run(self, steps: Steps[object]) -> object:
         return await run_async(steps, self._call, sleep)

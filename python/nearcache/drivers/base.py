@@ -132,9 +132,20 @@ class EncodedKey(bytes):
     in place of the key it encodes.  The tiered cache encodes each key once,
     at its door, and hands these to such tiers.  Anywhere else (a
     :class:`~nearcache.Cache`, the engine) it is an ordinary ``bytes`` key.
+    Its ``repr`` is the original key's, so messages that name it (``incr``
+    on a value that is not a counter) read as they would with the key.
     """
 
-    __slots__ = ()
+    #: The key these bytes encode.
+    key: Key
+
+    def __new__(cls, data: bytes, key: Key) -> EncodedKey:
+        encoded = super().__new__(cls, data)
+        encoded.key = key
+        return encoded
+
+    def __repr__(self) -> str:
+        return repr(self.key)
 
 
 def key_bytes(key: Key) -> bytes:

@@ -435,13 +435,14 @@ class TieredCache(Driver):
         """Encode ``key``, once for the whole operation: (its bytes, for the
         generation and the invalidations; what L2 is handed, the same bytes
         when its driver takes them)."""
-        raw = EncodedKey(key_bytes(key))
+        raw = EncodedKey(key_bytes(key), key)
         return raw, (raw if self._l2_encoded else key)
 
     def _doors(self, keys: Iterable[Key]) -> tuple[list[EncodedKey], list[Key]]:
         """:meth:`_door` for several keys: (their bytes, what L2 is handed)."""
-        raws = [EncodedKey(key_bytes(key)) for key in keys]
-        return raws, (list(raws) if self._l2_encoded else list(keys))
+        given = list(keys)
+        raws = [EncodedKey(key_bytes(key), key) for key in given]
+        return raws, (list(raws) if self._l2_encoded else given)
 
     def _bump(self, raws: Iterable[bytes] | None = None) -> None:
         """Move the generation of the keys ``raws`` on (None: of every key)."""
@@ -753,6 +754,8 @@ class TieredCache(Driver):
         except BackendError as exc:
             self._write_failed(exc, "incr", key, [raw])
             raise
+        except KeyError:
+            raise KeyError(key) from None  # the caller's key, not its bytes
         self._bump([raw])
         self._l1.delete(key)
         self._publish([raw])
