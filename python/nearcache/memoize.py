@@ -7,24 +7,17 @@ A call's cache key is ``nearcache.memoize:<name>:<digest>`` where ``name`` is
 the function's ``module.qualname`` (or the ``name=`` given) and ``digest`` a
 BLAKE2b-128 hash of the call's arguments, bound to the signature first, so
 ``f(1, 2)``, ``f(1, b=2)`` and ``f(a=1)`` with ``b=2`` as default are the
-same call.  Arguments are encoded canonically by :func:`canonical_bytes`,
-never by plain pickle (whose output depends on dict/set order and hash
-seeds):
-
-* ``None``, ``bool``, ``int``, ``float``, ``str``, ``bytes``, and tuples,
-  lists, dicts (order-insensitive), sets and frozensets of them, are
-  encoded by type and value (``1``, ``1.0``, ``True`` and ``"1"`` are four
-  different keys);
-* enums, classes, subclasses of the built-in types (named tuples, ...),
-  ``datetime``/``date``/``time``/``timedelta``, ``Decimal``, ``Fraction``,
-  ``UUID``, paths and dataclass instances are encoded by type name and
-  value;
-* an object with a ``__cache_key__()`` method is encoded by its type name and
-  what that method returns (use it for your own classes, ``self`` included);
-* anything else falls back to its pickle (protocol 4): deterministic for
-  plain objects, but not for objects holding sets of strings, for instance.
-  Give such functions ``key=`` (a function of the same arguments returning
-  an encodable value) or ``ignore=`` (argument names left out of the key).
+same call.  Arguments are encoded canonically by :func:`canonical_bytes`
+(:mod:`nearcache.canonical` lists what it covers), never by plain pickle,
+whose output depends on dict/set order and hash seeds: ``1``, ``1.0``,
+``True`` and ``"1"`` are four different keys; an object with a
+``__cache_key__()`` method is encoded by its type name and what that method
+returns (use it for your own classes, ``self`` included); anything the
+encoding does not know falls back to its pickle (protocol 4), deterministic
+for plain objects but not for objects holding sets of strings, for
+instance.  Give such functions ``key=`` (a function of the same arguments
+returning an encodable value) or ``ignore=`` (argument names left out of
+the key).
 
 Methods
 =======

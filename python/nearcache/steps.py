@@ -78,6 +78,19 @@ def _resume(steps: Steps[Any], reply: Any, error: BaseException | None) -> tuple
         return None, done.value
 
 
+#: What performing an op gave: (its result, None) or (None, what it raised).
+Outcome: TypeAlias = tuple[Any, BaseException | None]
+
+
+def _attempt(perform: Callable[[Op], Any], op: Op) -> Outcome:
+    """Perform ``op``; what it raises is kept, to be thrown into the core,
+    which may handle it (a ``finally`` that frees a lock, ``except KeyError``)."""
+    try:
+        return perform(op), None
+    except BaseException as exc:
+        return None, exc
+
+
 def run(
     steps: Steps[R],
     store: Any,
@@ -85,28 +98,28 @@ def run(
 ) -> R:
     """Drive ``steps`` to their result, blocking: store calls on ``store``,
     sleeps with :func:`time.sleep`, spawns on daemon threads."""
-    reply: Any = None
-    error: BaseException | None = None
+
+    def perform(op: Op) -> Any:
+        if op.__class__ is Call:
+            return getattr(store, op.method)(*op.args)
+        if op.__class__ is Sleep:
+            time.sleep(op.seconds)
+            return None
+        if op.__class__ is Compute:
+            assert compute is not None, "a core asked to compute without a function"
+            return compute()
+        assert isinstance(op, Spawn)
+        thread = threading.Thread(target=run, args=(op.steps, store, compute), name=op.name)
+        thread.daemon = True  # a refresh must not keep the process alive
+        thread.start()
+        return None
+
+    outcome: Outcome = (None, None)
     while True:
-        op, result = _resume(steps, reply, error)
+        op, result = _resume(steps, *outcome)
         if op is None:
             return cast(R, result)
-        reply, error = None, None
-        try:
-            if op.__class__ is Call:
-                reply = getattr(store, op.method)(*op.args)
-            elif op.__class__ is Sleep:
-                time.sleep(op.seconds)
-            elif op.__class__ is Compute:
-                assert compute is not None, "a core asked to compute without a function"
-                reply = compute()
-            else:
-                assert isinstance(op, Spawn)
-                threading.Thread(
-                    target=run, args=(op.steps, store, compute), name=op.name, daemon=True
-                ).start()
-        except BaseException as exc:  # thrown into the core, which may handle it
-            error = exc
+        outcome = _attempt(perform, op)
 
 
 async def run_async(
@@ -119,23 +132,25 @@ async def run_async(
     """Drive ``steps`` to their result, awaiting: ``perform`` makes a store
     call, ``sleep`` waits, ``compute`` runs the function, ``spawn`` starts a
     background run (each the event loop's way: asyncio or trio)."""
-    reply: Any = None
-    error: BaseException | None = None
+
+    async def perform_op(op: Op) -> Any:
+        if op.__class__ is Call:
+            return await perform(op)
+        if op.__class__ is Sleep:
+            return await sleep(op.seconds)
+        if op.__class__ is Compute:
+            assert compute is not None, "a core asked to compute without a function"
+            return await compute()
+        assert isinstance(op, Spawn) and spawn is not None
+        spawn(op)
+        return None
+
+    outcome: Outcome = (None, None)
     while True:
-        op, result = _resume(steps, reply, error)
+        op, result = _resume(steps, *outcome)
         if op is None:
             return cast(R, result)
-        reply, error = None, None
         try:
-            if op.__class__ is Call:
-                reply = await perform(op)
-            elif op.__class__ is Sleep:
-                await sleep(op.seconds)
-            elif op.__class__ is Compute:
-                assert compute is not None, "a core asked to compute without a function"
-                reply = await compute()
-            else:
-                assert isinstance(op, Spawn) and spawn is not None
-                spawn(op)
-        except BaseException as exc:  # thrown into the core, which may handle it
-            error = exc
+            outcome = (await perform_op(op), None)
+        except BaseException as exc:  # thrown into the core (see _attempt)
+            outcome = (None, exc)

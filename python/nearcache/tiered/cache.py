@@ -700,27 +700,29 @@ class TieredCache(Driver):
             for key, value in items.items():
                 self._l1_store(key, value, l1_ttl)
 
-    def add(self, key: Key, value: Any, ttl: TTL = None) -> bool:
-        """L2 add; on success, L1 and the invalidation."""
+    def _l2_write(self, operation: str, key: Key, *args: Any) -> tuple[Any, EncodedKey]:
+        """(L2's answer to ``operation`` on ``key``, or None if L2 failed and
+        the write policy let it pass; the key's bytes)."""
         raw, l2_key = self._door(key)
         try:
-            added = self._l2c.add(l2_key, value, ttl)
+            return getattr(self._l2c, operation)(l2_key, *args), raw
         except BackendError as exc:
-            self._write_failed(exc, "add", key, [raw])
-            return False
+            self._write_failed(exc, operation, key, [raw])
+            return None, raw
+
+    def add(self, key: Key, value: Any, ttl: TTL = None) -> bool:
+        """L2 add; on success, L1 and the invalidation."""
+        added, raw = self._l2_write("add", key, value, ttl)
         if added:
             self._bump([raw])
             self._l1_store(key, value, self._l1_ttl_for(ttl))
             self._publish([raw])
-        return added
+        return bool(added)
 
     def replace(self, key: Key, value: Any, ttl: TTL = None) -> bool:
         """L2 replace; on success, L1 and the invalidation."""
-        raw, l2_key = self._door(key)
-        try:
-            replaced = self._l2c.replace(l2_key, value, ttl)
-        except BackendError as exc:
-            self._write_failed(exc, "replace", key, [raw])
+        replaced, raw = self._l2_write("replace", key, value, ttl)
+        if replaced is None:
             return False
         self._bump([raw])
         if replaced:
@@ -728,15 +730,12 @@ class TieredCache(Driver):
             self._publish([raw])
         else:
             self._l1.delete(key)
-        return replaced
+        return bool(replaced)
 
     def touch(self, key: Key, ttl: TTL = None) -> bool:
         """L2 touch, then the L1 copy's TTL (bounded by ``l1_ttl``)."""
-        raw, l2_key = self._door(key)
-        try:
-            touched = self._l2c.touch(l2_key, ttl)
-        except BackendError as exc:
-            self._write_failed(exc, "touch", key, [raw])
+        touched, raw = self._l2_write("touch", key, ttl)
+        if touched is None:
             return False
         if touched:
             self._l1.touch(key, self._l1_ttl_for(ttl))
@@ -744,7 +743,7 @@ class TieredCache(Driver):
         else:
             self._bump([raw])
             self._l1.delete(key)
-        return touched
+        return bool(touched)
 
     def incr(self, key: Key, delta: int = 1, default: int | None = 0) -> int:
         """L2 incr; the L1 copy is dropped (and other hosts told)."""
