@@ -27,7 +27,8 @@ import secrets
 import time
 from collections.abc import Iterator
 from datetime import timedelta
-from typing import ClassVar, Final, Generic, TypeVar
+from types import TracebackType
+from typing import Any, ClassVar, Final, Generic, TypeVar
 
 from nearcache.errors import ConfigurationError, LockNotOwnedError, LockTimeoutError
 from nearcache.steps import Sleep, Steps, call
@@ -36,6 +37,7 @@ from nearcache.units import Duration, parse_duration
 __all__ = ["LOCK_NAMESPACE", "LockCore", "backoff"]
 
 S = TypeVar("S")
+_L = TypeVar("_L", bound="LockCore[Any]")
 
 #: Prefix of the cache keys that hold locks.
 LOCK_NAMESPACE: Final = "nearcache.lock:"
@@ -178,3 +180,30 @@ class LockCore(Generic[S]):
         if token is None:
             return False
         return bool((yield call("get", self.key)) == token)
+
+    # ------------------------------------------------ async with, for both drivers
+
+    async def _acquire_awaiting(self) -> bool:
+        """The driver's acquire with the lock's timeout, awaited."""
+        raise NotImplementedError
+
+    async def _release_awaiting(self) -> None:
+        """The driver's release, awaited."""
+        raise NotImplementedError
+
+    async def __aenter__(self: _L) -> _L:
+        if not await self._acquire_awaiting():
+            raise self._timed_out()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self._release_awaiting()
+
+    def __repr__(self) -> str:
+        state = "held" if self._token is not None else "free"
+        return f"<{type(self).__name__} {self.name!r} {state} expire={self.expire}s>"

@@ -113,19 +113,8 @@ class Lock(LockCore[Store]):
     ) -> None:
         self.release()
 
-    async def __aenter__(self) -> Lock:
-        if not await self.acquire_async():
-            raise self._timed_out()
-        return self
+    async def _acquire_awaiting(self) -> bool:
+        return await self.acquire_async()
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def _release_awaiting(self) -> None:
         self.release()
-
-    def __repr__(self) -> str:
-        state = "held" if self._token is not None else "free"
-        return f"<Lock {self.name!r} {state} expire={self.expire}s>"

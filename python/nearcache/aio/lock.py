@@ -14,7 +14,6 @@ a jittered exponential backoff (1 ms doubling to 50 ms).
 from __future__ import annotations
 
 from datetime import timedelta
-from types import TracebackType
 from typing import ClassVar
 
 from nearcache.aio._runtime import sleep
@@ -72,19 +71,8 @@ class AsyncLock(LockCore[StoreHolder]):
         """Whether this object holds the lock (and it has not expired)."""
         return bool(await self._run(self.owned_steps()))
 
-    async def __aenter__(self) -> AsyncLock:
-        if not await self.acquire():
-            raise self._timed_out()
-        return self
+    async def _acquire_awaiting(self) -> bool:
+        return await self.acquire()
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def _release_awaiting(self) -> None:
         await self.release()
-
-    def __repr__(self) -> str:
-        state = "held" if self._token is not None else "free"
-        return f"<AsyncLock {self.name!r} {state} expire={self.expire}s>"
