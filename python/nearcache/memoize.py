@@ -113,12 +113,9 @@ from nearcache.canonical import canonical_bytes
 from nearcache.generations import TagsArg, check_tags
 from nearcache.lockcore import LockCore
 from nearcache.protocol import Store
-from nearcache.stampede import _ABSENT as _ABSENT  # the states of a read, for tests
-from nearcache.stampede import _EARLY as _EARLY
-from nearcache.stampede import _FRESH as _FRESH
-from nearcache.stampede import _MISS as _MISS
-from nearcache.stampede import _STALE as _STALE
 from nearcache.stampede import (
+    _FRESH,
+    _MISS,
     MEMOIZE_NAMESPACE,
     _callable_name,
     _is_async,
