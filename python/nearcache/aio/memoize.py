@@ -34,10 +34,10 @@ from nearcache.generations import TagsArg, check_tags
 from nearcache.memoize import _first_parameter, _MethodDescriptor
 from nearcache.stampede import (
     _FRESH,
+    _MISS,
     _is_async,
     _Memo,
     lead_steps,
-    read_steps,
 )
 from nearcache.steps import Call, Spawn, Steps, run_async
 from nearcache.units import Duration
@@ -121,10 +121,18 @@ class _AsyncMemo:
         )
 
     async def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        key = await self.cache_key(*args, **kwargs)
         memo = self._memo
+        # A hit costs one read, made here: the key needs no store call
+        # without tags, and the read is the core's first step, classified by
+        # the core (the steps run on a miss only).
+        key = (
+            memo.base_key(args, kwargs)
+            if memo.tags is None
+            else await self.cache_key(*args, **kwargs)
+        )
+        store = self._cache._store
         while True:
-            read = await self._run(read_steps(memo, key))
+            read = memo.classify(await store.get(key, _MISS))
             if read[0] == _FRESH:
                 return read[1]
             slot = (loop_token(), key)
