@@ -35,11 +35,11 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from datetime import timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Literal, NoReturn, TypeVar, cast, overload
 
 from nearcache import _native
+from nearcache.conveniences import PolicyMethods
 from nearcache.errors import CacheClosedError, ConfigurationError, UpdateConflictError
 from nearcache.keys import (
     Key,
@@ -66,11 +66,6 @@ from nearcache.units import (
     parse_size,
     ttl_to_ms,
 )
-
-if TYPE_CHECKING:
-    from nearcache.locks import Lock
-    from nearcache.memoize import MemoizeDecorator
-    from nearcache.tags import TagsArg
 
 __all__ = ["DEFAULT_SIZE", "Cache", "SignedCache", "default_directory"]
 
@@ -431,7 +426,7 @@ def _prepare(
     )
 
 
-class Cache:
+class Cache(PolicyMethods):
     """A shared-memory cache file, usable from many processes at once.
 
     Open it by ``name`` (a file in :func:`default_directory`) or by ``path``
@@ -1027,6 +1022,32 @@ class Cache:
         native_keys = [native_key(k) for k in keys]
         return self._native.delete_many(native_keys) if native_keys else 0
 
+    def delete_if_equals(self, key: Key, value: Any) -> bool:
+        """Remove ``key`` only if it holds ``value``; return whether it did.
+
+        :class:`nearcache.Lock` releases with it.  A ``bytes`` value that the
+        cache stores raw (unsigned, and uncompressed or shorter than
+        ``compress_threshold``) is compared and deleted by the engine in one
+        step; any other value is read, then deleted (an entry replaced
+        between the two is deleted), as
+        :meth:`nearcache.drivers.base.Driver.delete_if_equals` does.
+
+        >>> c = Cache("doc-cas-delete", size="1MiB")
+        >>> c.set("owner", b"token-1")
+        >>> c.delete_if_equals("owner", b"token-2"), c.delete_if_equals("owner", b"token-1")
+        (False, True)
+        """
+        codec = self.codec
+        if (
+            type(value) is bytes
+            and not codec.signed
+            and (codec.compressor is None or len(value) < codec.compress_threshold)
+        ):
+            return self.native.delete_if_equals(native_key(key), value)
+        if self.get(key, _MISS) != value:
+            return False
+        return self.delete(key)
+
     def clear(self) -> None:
         """Remove every entry (of this cache's ``prefix`` only, if it has one)."""
         self._native.clear()
@@ -1112,73 +1133,6 @@ class Cache:
     def __reduce__(self) -> tuple[Callable[..., Cache], tuple[dict[str, Any]]]:
         """Pickling a cache (e.g. to a spawned process) reopens the same file."""
         return (_reopen, (dict(self._prepared.options),))
-
-    # ---------------------------------------------------------- decorators, locks
-
-    def memoize(
-        self,
-        ttl: Duration | None = None,
-        *,
-        tags: TagsArg | None = None,
-        key: Callable[..., object] | None = None,
-        name: str | None = None,
-        ignore: Iterable[str] = (),
-        stale_ttl: Duration = 0,
-        beta: float = 0.0,
-        lock_ttl: Duration = 60.0,
-        background: bool = False,
-        ttl_jitter: float = 0.0,
-    ) -> MemoizeDecorator:
-        """Decorator caching a function's results; see :func:`nearcache.memoize.memoize`.
-
-        With ``tags=``, :meth:`nearcache.tags.Tagged.memoize` over this cache:
-        ``Tagged(cache).invalidate_tags([...])`` drops the calls carrying them.
-
-        >>> c = Cache("doc-memo", size="1MiB")
-        >>> @c.memoize(ttl=60)
-        ... def square(x):
-        ...     print("computing", x)
-        ...     return x * x
-        >>> square(4), square(4)
-        computing 4
-        (16, 16)
-        >>> square.invalidate(4)
-        True
-        >>> c.clear()
-        """
-        options: dict[str, Any] = {
-            "key": key,
-            "name": name,
-            "ignore": ignore,
-            "stale_ttl": stale_ttl,
-            "beta": beta,
-            "lock_ttl": lock_ttl,
-            "background": background,
-            "ttl_jitter": ttl_jitter,
-        }
-        if tags is not None:
-            from nearcache.tags import Tagged
-
-            return Tagged(self).memoize(ttl, tags=tags, **options)
-        from nearcache.memoize import memoize
-
-        return memoize(self, ttl, **options)
-
-    def lock(
-        self,
-        name: str,
-        timeout: float | timedelta | None = None,
-        expire: Duration = 60.0,
-    ) -> Lock:
-        """A cross-process lock stored in this cache; see :class:`nearcache.Lock`.
-
-        >>> c = Cache("doc-lock", size="1MiB")
-        >>> with c.lock("report", timeout=5):
-        ...     pass
-        """
-        from nearcache.locks import Lock
-
-        return Lock(self, name, timeout=timeout, expire=expire)
 
     # ----------------------------------------------------------------- internals
 

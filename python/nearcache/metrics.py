@@ -41,6 +41,8 @@ metric                                 type     meaning
 ``nearcache_invalidations_sent_total`` counter  tiered: invalidation messages published
 ``nearcache_invalidations_received``   counter  tiered: messages from other hosts applied
 ``nearcache_resyncs_total``            counter  tiered: (re)subscriptions, each clearing L1
+``nearcache_takeover_clears_total``    counter  tiered: listener takeovers that cleared L1
+                                                (could not replay; also ``_takeovers_total``)
 ``nearcache_breaker_open``             gauge    tiered: 1 while the L2 circuit breaker is open
                                                 or half-open (L2 calls fail fast)
 ``nearcache_breaker_rejected_total``   counter  tiered: L2 calls not made, the breaker being
@@ -115,6 +117,8 @@ COUNTERS: Final = frozenset(
         "invalidations_received",
         "clears_received",
         "resyncs",
+        "takeovers",
+        "takeover_clears",
         "l1_rejected",
         "fills_dropped",
         "invalidation_lag_count",
@@ -157,6 +161,8 @@ HELP: Final = {
     "invalidations_sent": "Invalidation messages published.",
     "invalidations_received": "Invalidation messages from other hosts applied.",
     "resyncs": "Invalidation channel (re)subscriptions, each clearing L1.",
+    "takeovers": "Times this process became its host's listener after another one.",
+    "takeover_clears": "Takeovers of the listener that could not replay and cleared L1.",
     "breaker_open": "1 while the L2 circuit breaker is open or half-open.",
     "breaker_opened": "Times the L2 circuit breaker opened.",
     "breaker_rejected": "L2 calls not made because the circuit breaker was open.",

@@ -48,84 +48,47 @@ the async API (:class:`nearcache.aio.AsyncCache` takes ``tags=`` itself).
 
 from __future__ import annotations
 
-import hashlib
-import secrets
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any
 
+from nearcache.generations import (
+    MARK,
+    TAG_NAMESPACE,
+    TagsArg,
+    check_many_steps,
+    check_steps,
+    check_tags,
+    current_steps,
+    envelope,
+    envelope_tags,
+    invalidate_steps,
+    is_envelope,
+    new_generation,
+    still_valid,
+    suffix,
+    tag_key,
+)
 from nearcache.keys import Key
-from nearcache.memoize import canonical_bytes
-
-if TYPE_CHECKING:
-    from nearcache.memoize import MemoizeDecorator
+from nearcache.memoize import MemoizeDecorator, memoize
+from nearcache.protocol import Store
+from nearcache.steps import run
 
 __all__ = [
+    "MARK",
     "TAG_NAMESPACE",
     "Tagged",
     "TagsArg",
     "check_tags",
     "envelope",
+    "envelope_tags",
     "is_envelope",
     "new_generation",
+    "still_valid",
+    "suffix",
     "tag_key",
 ]
 
-#: Prefix of the cache keys holding tag generations.
-TAG_NAMESPACE: Final = "nearcache.tag:"
-#: First item of a tagged entry's stored form.
-MARK: Final = "nearcache.tagged/1"
-
-TagsArg = Iterable[str] | Callable[..., Iterable[str]]
-"""``tags=`` of memoize: tag names, or a function of the call's arguments returning them."""
-
 _MISS: Any = object()
-
-
-def check_tags(tags: Iterable[str]) -> list[str]:
-    """The tag names as a list; a bare str (or anything but strs) raises ``TypeError``."""
-    if isinstance(tags, (str, bytes)):
-        raise TypeError(f"tags must be a collection of str, not a bare {type(tags).__name__}")
-    names = list(tags)
-    for name in names:
-        if not isinstance(name, str) or not name:
-            raise TypeError(f"a tag is a non-empty str, got {name!r}")
-    return names
-
-
-def tag_key(tag: str) -> str:
-    """The cache key of a tag's generation."""
-    return TAG_NAMESPACE + tag
-
-
-def new_generation() -> int:
-    """A fresh random generation: 62 random bits, never 0, room left to increment."""
-    return secrets.randbits(62) | 1
-
-
-def envelope(value: Any, generations: dict[str, int]) -> list[Any]:
-    """The stored form of a tagged value."""
-    return [MARK, value, [[tag, gen] for tag, gen in generations.items()]]
-
-
-def is_envelope(stored: Any) -> bool:
-    """Whether a stored value is a tagged entry."""
-    return stored.__class__ is list and len(stored) == 3 and stored[0] == MARK
-
-
-def envelope_tags(stored: list[Any]) -> list[tuple[str, int]]:
-    """The (tag, generation) pairs recorded in a tagged entry."""
-    return [(str(tag), int(gen)) for tag, gen in stored[2]]
-
-
-def still_valid(recorded: list[tuple[str, int]], current: dict[Any, Any]) -> bool:
-    """Whether every recorded generation is the current one (a missing record: no)."""
-    return all(current.get(tag_key(tag), _MISS) == gen for tag, gen in recorded)
-
-
-def suffix(generations: dict[str, int]) -> str:
-    """The part a memoized call's key gains from its tags' generations."""
-    material = canonical_bytes(sorted(generations.items()))
-    return ":t" + hashlib.blake2b(material, digest_size=8).hexdigest()
 
 
 class Tagged:
@@ -137,85 +100,32 @@ class Tagged:
     stored form.
     """
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: Store) -> None:
         self.store = store
 
     # -- generations -----------------------------------------------------------
 
     def generations(self, tags: Iterable[str]) -> dict[str, int]:
         """The current generation of each tag, creating missing records."""
-        names = check_tags(tags)
-        keys = [tag_key(tag) for tag in names]
-        found = self.store.get_many(keys) if keys else {}
-        result: dict[str, int] = {}
-        for tag, key in zip(names, keys, strict=True):
-            gen = found.get(key, _MISS)
-            if gen.__class__ is not int:
-                gen = self._create(key)
-            result[tag] = gen
-        return result
-
-    def _create(self, key: str) -> int:
-        gen = new_generation()
-        if self.store.add(key, gen, 0):
-            return gen
-        current = self.store.get(key, _MISS)
-        if current.__class__ is int:
-            return int(current)
-        if current is not _MISS:
-            # Not a generation (written by something else): replace it, which
-            # invalidates whatever was written under the tag.
-            self.store.set(key, gen, 0)
-            return gen
-        # Lost between add and get: a generation nobody holds, so what is
-        # written under it is a miss, never a resurrection.
-        return new_generation()
+        return run(current_steps(tags), self.store)
 
     def invalidate_tags(self, tags: Iterable[str]) -> int:
         """Invalidate every entry carrying any of ``tags``; return how many
         tag records existed (a missing record already invalidates)."""
-        count = 0
-        for tag in check_tags(tags):
-            try:
-                self.store.incr(tag_key(tag), 1, None)
-            except KeyError:
-                continue
-            except (TypeError, OverflowError):  # not a generation: replace it
-                self.store.set(tag_key(tag), new_generation(), 0)
-            count += 1
-        return count
+        return run(invalidate_steps(tags), self.store)
 
     # -- reads -----------------------------------------------------------------
-
-    def _check(self, stored: Any, default: Any) -> Any:
-        if not is_envelope(stored):
-            return stored
-        recorded = envelope_tags(stored)
-        current = self.store.get_many([tag_key(tag) for tag, _ in recorded])
-        return stored[1] if still_valid(recorded, current) else default
 
     def get(self, key: Key, default: Any = None) -> Any:
         """The value, or ``default`` if missing or any of its tags was invalidated."""
         stored = self.store.get(key, _MISS)
         if stored is _MISS:
             return default
-        return self._check(stored, default)
+        return run(check_steps(stored, default), self.store)
 
     def get_many(self, keys: Iterable[Key]) -> dict[Any, Any]:
         """``{key: value}`` for the keys that hit and whose tags are current."""
-        found = self.store.get_many(keys)
-        tagged = {key: envelope_tags(v) for key, v in found.items() if is_envelope(v)}
-        if not tagged:
-            return dict(found)
-        wanted = {tag_key(tag) for pairs in tagged.values() for tag, _ in pairs}
-        current = self.store.get_many(sorted(wanted))
-        result: dict[Any, Any] = {}
-        for key, stored in found.items():
-            if key not in tagged:
-                result[key] = stored
-            elif still_valid(tagged[key], current):
-                result[key] = stored[1]
-        return result
+        return run(check_many_steps(self.store.get_many(keys)), self.store)
 
     # -- writes ----------------------------------------------------------------
 
@@ -259,8 +169,6 @@ class Tagged:
         other options are those of :func:`nearcache.memoize.memoize`, which
         does the work.
         """
-        from nearcache.memoize import memoize
-
         if tags is None:
             raise TypeError("Tagged.memoize needs tags= (use the store's memoize without tags)")
         return memoize(self.store, ttl, tags=tags, key=key, ignore=ignore, name=name, **options)

@@ -12,6 +12,7 @@ MODULES = [
     "nearcache",
     "nearcache._incompatible",
     "nearcache.cache",
+    "nearcache.conveniences",
     "nearcache.errors",
     "nearcache.keys",
     "nearcache.locks",

@@ -175,6 +175,7 @@ def test_ttl_jitter_must_be_a_fraction(cache: Cache, bad: object) -> None:
 def test_a_refresh_that_finds_a_newer_entry_does_not_recompute(cache: Cache) -> None:
     # Between a caller's stale read and its lock, another process may store a
     # fresh result: the background refresh then only frees the lock.
+    from nearcache.locks import Lock
     from nearcache.memoize import _refresh_sync
 
     calls: list[int] = []
@@ -187,7 +188,7 @@ def test_a_refresh_that_finds_a_newer_entry_does_not_recompute(cache: Cache) -> 
     version(1)
     key = version.cache_key(1)
     seen_expiry = cache.get(key)[2] - 10  # what the caller read: an older entry
-    lock = version.memo.lock(key)
+    lock = Lock(cache, key, timeout=0, expire=version.memo.lock_ttl)  # the stampede lock
     assert lock.acquire(blocking=False)
     _refresh_sync(version.memo, key, lock, seen_expiry, (1,), {})
     assert calls == [1]

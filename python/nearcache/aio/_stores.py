@@ -23,12 +23,19 @@ driver or, for Redis, shares its codec and key function.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from nearcache.aio._runtime import Offloader
 from nearcache.drivers.base import TTL, Driver, Key
 
-__all__ = ["INLINE_DRIVERS", "AsyncStore", "InlineStore", "ThreadStore", "TieredStore"]
+__all__ = [
+    "INLINE_DRIVERS",
+    "AsyncStore",
+    "InlineStore",
+    "StoreHolder",
+    "ThreadStore",
+    "TieredStore",
+]
 
 #: Drivers whose every operation completes without waiting on I/O.
 INLINE_DRIVERS = frozenset({"shm", "memory", "null"})
@@ -104,6 +111,20 @@ class AsyncStore:
 
     async def aclose(self) -> None:
         """Release what this store holds beyond the sync driver."""
+
+
+class StoreHolder(Protocol):
+    """What the async policies (:class:`~nearcache.aio.AsyncLock`, the async
+    memoize) take: an object holding an async store, an
+    :class:`~nearcache.aio.AsyncCache`, without importing its module."""
+
+    _store: AsyncStore
+    #: Lock acquisitions that timed out (counted in the cache's stats).
+    _lock_timeouts: int
+
+    @property
+    def default_ttl(self) -> float | None:
+        """The TTL of a write given ``ttl=None``."""
 
 
 class InlineStore(AsyncStore):

@@ -24,10 +24,10 @@ import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import timedelta
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
-from nearcache import tags as _tags
-from nearcache.aio._runtime import Offloader
+from nearcache import generations as _tags
+from nearcache.aio._runtime import Offloader, sleep
 from nearcache.aio._stores import INLINE_DRIVERS, AsyncStore, InlineStore, ThreadStore, TieredStore
 from nearcache.aio.lock import AsyncLock
 from nearcache.aio.memoize import AsyncMemoized, async_memoize
@@ -38,18 +38,21 @@ from nearcache.cache import (
     check_max_conflicts,
     update_conflict,
 )
+from nearcache.config import from_url
 from nearcache.drivers.base import TTL, Driver, Key, check_key_collection
+from nearcache.drivers.shm import ShmDriver
 from nearcache.errors import ConfigurationError
+from nearcache.steps import Call, Steps, run_async
+from nearcache.tiered import TieredCache
 from nearcache.units import Duration
 
 __all__ = ["AsyncCache"]
 
 _MISS: Any = object()
+R = TypeVar("R")
 
 
 def _make_store(driver: Driver, offloader: Offloader) -> AsyncStore:
-    from nearcache.tiered import TieredCache
-
     if isinstance(driver, TieredCache):
         return TieredStore(driver, offloader)
     if driver.name in INLINE_DRIVERS:
@@ -95,22 +98,16 @@ class AsyncCache:
         driver: Driver
         if backend is None or isinstance(backend, str):
             if backend is not None and "://" in backend:
-                from nearcache.config import from_url
-
                 made = from_url(backend, **options)
                 if not isinstance(made, Driver):
                     raise ConfigurationError(f"{backend!r} does not name a driver")
                 driver = made
             else:
-                from nearcache.drivers.shm import ShmDriver
-
                 driver = ShmDriver(cache=Cache(backend, **options))
             owns = True
         elif options:
             raise ConfigurationError("options are for a cache opened by name or URL")
         elif isinstance(backend, Cache):
-            from nearcache.drivers.shm import ShmDriver
-
             driver = ShmDriver(cache=backend)
         elif isinstance(backend, Driver):
             driver = backend
@@ -174,9 +171,14 @@ class AsyncCache:
         return stored, left
 
     async def _check_tags(self, stored: list[Any], default: Any) -> Any:
-        recorded = _tags.envelope_tags(stored)
-        current = await self._store.get_many([_tags.tag_key(tag) for tag, _ in recorded])
-        return stored[1] if _tags.still_valid(recorded, current) else default
+        return await self._run(_tags.check_steps(stored, default))
+
+    async def _run(self, steps: Steps[R]) -> R:
+        """Drive a core's steps (:mod:`nearcache.steps`) on this cache's store."""
+        return await run_async(steps, self._perform, sleep)
+
+    async def _perform(self, op: Call) -> Any:
+        return await getattr(self._store, op.method)(*op.args)
 
     async def get_many(self, keys: Iterable[Key]) -> dict[Any, Any]:
         """``{key: value}`` for the keys that hit (keyed as given).
@@ -186,25 +188,12 @@ class AsyncCache:
         """
         check_key_collection(keys)
         found = await self._store.get_many(list(keys))
-        tagged = {k: _tags.envelope_tags(v) for k, v in found.items() if _tags.is_envelope(v)}
-        if not tagged:
-            return found
-        wanted = sorted({_tags.tag_key(tag) for pairs in tagged.values() for tag, _ in pairs})
-        current = await self._store.get_many(list(wanted))
-        result: dict[Any, Any] = {}
-        for key, stored in found.items():
-            if key not in tagged:
-                result[key] = stored
-            elif _tags.still_valid(tagged[key], current):
-                result[key] = stored[1]
-        return result
+        return await self._run(_tags.check_many_steps(found))
 
     # -- read-modify-write (shared memory) ----------------------------------------
 
     def _shm(self) -> Cache:
         """The shared-memory cache underneath, for compare-and-swap."""
-        from nearcache.drivers.shm import ShmDriver
-
         if isinstance(self._driver, ShmDriver):
             return self._driver.cache
         raise NotImplementedError(
@@ -360,45 +349,14 @@ class AsyncCache:
 
     async def tag_generations(self, tags: Iterable[str]) -> dict[str, int]:
         """The current generation of each tag (missing records are created)."""
-        names = _tags.check_tags(tags)
-        keys: list[Key] = [_tags.tag_key(tag) for tag in names]
-        found = await self._store.get_many(keys) if keys else {}
-        result: dict[str, int] = {}
-        for tag, key in zip(names, keys, strict=True):
-            gen = found.get(key, _MISS)
-            if gen.__class__ is not int:
-                gen = await self._create_generation(key)
-            result[tag] = gen
-        return result
-
-    async def _create_generation(self, key: Key) -> int:
-        """The rules of :meth:`nearcache.tags.Tagged.generations`, awaited."""
-        gen = _tags.new_generation()
-        if await self._store.add(key, gen, 0):
-            return gen
-        current = await self._store.get(key, _MISS)
-        if current.__class__ is int:
-            return int(current)
-        if current is not _MISS:  # not a generation: replace it (invalidates the tag)
-            await self._store.set(key, gen, 0)
-            return gen
-        return _tags.new_generation()  # lost meanwhile: matches nothing stored
+        return await self._run(_tags.current_steps(tags))
 
     async def invalidate_tags(self, tags: Iterable[str]) -> int:
         """Invalidate every entry carrying any of ``tags``: one ``incr`` per tag.
 
         Returns how many tag records existed (a missing one already invalidates).
         """
-        count = 0
-        for tag in _tags.check_tags(tags):
-            try:
-                await self._store.incr(_tags.tag_key(tag), 1, None)
-            except KeyError:
-                continue
-            except (TypeError, OverflowError):  # not a generation: replace it
-                await self._store.set(_tags.tag_key(tag), _tags.new_generation(), 0)
-            count += 1
-        return count
+        return await self._run(_tags.invalidate_steps(tags))
 
     # -- memoize and locks -------------------------------------------------------
 

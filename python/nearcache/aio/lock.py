@@ -13,42 +13,34 @@ a jittered exponential backoff (1 ms doubling to 50 ms).
 
 from __future__ import annotations
 
-import os
-import secrets
 from datetime import timedelta
-from types import TracebackType
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from nearcache.aio._runtime import sleep
-from nearcache.locks import _LockState
+from nearcache.aio._stores import StoreHolder
+from nearcache.lockcore import LockCore
+from nearcache.steps import Call, Steps, run_async
 from nearcache.units import Duration
-
-if TYPE_CHECKING:
-    from nearcache.aio.cache import AsyncCache
 
 __all__ = ["AsyncLock"]
 
 
-class AsyncLock(_LockState):
+class AsyncLock(LockCore[StoreHolder]):
     """A named lock shared by every process (and task) using the cache.
 
     ``timeout``: how long :meth:`acquire` and ``async with`` wait (``None``:
     as long as it takes; ``0``: one try).  ``expire``: the lock's lifetime
-    in the cache, after which a dead or hung holder loses it.
+    in the cache, after which a dead or hung holder loses it.  The protocol
+    is :mod:`nearcache.lockcore`'s; this class awaits its store calls.
     """
 
     _kind: ClassVar[str] = "AsyncLock"
 
-    def __init__(
-        self,
-        cache: AsyncCache,
-        name: str,
-        *,
-        timeout: float | timedelta | None = None,
-        expire: Duration = 60.0,
-    ) -> None:
-        super().__init__(name, timeout, expire)
-        self.cache = cache
+    async def _run(self, steps: Steps[object]) -> object:
+        return await run_async(steps, self._call, sleep)
+
+    async def _call(self, op: Call) -> object:
+        return await getattr(self.cache._store, op.method)(*op.args)
 
     async def acquire(self, blocking: bool = True, timeout: float | timedelta | None = -1) -> bool:
         """Take the lock; return whether it was taken within the timeout.
@@ -57,34 +49,19 @@ class AsyncLock(_LockState):
         this call (``-1``: the lock's; ``None``: wait forever; ``0``: one
         try).  The signature of :meth:`nearcache.Lock.acquire`.
         """
-        pauses = self._pauses(timeout, blocking)
-        while True:
-            token = secrets.token_bytes(16)
-            if await self.cache._store.add(self.key, token, self.expire):
-                self._token, self._pid = token, os.getpid()
-                return True
-            pause = next(pauses, None)
-            if pause is None:
-                self.cache._lock_timeouts += 1
-                return False
-            await sleep(pause)
+        if await self._run(self.acquire_steps(blocking, timeout)):
+            return True
+        self.cache._lock_timeouts += 1
+        return False
 
     async def release(self) -> None:
         """Free the lock; :class:`~nearcache.LockNotOwnedError` if this object
         does not hold it any more (expired, taken over, never acquired)."""
-        token = self._check_owner()
-        self._token = None
-        if not await self.cache._store.delete_if_equals(self.key, token):
-            raise self._expired()
+        await self._run(self.release_steps())
 
     async def extend(self, expire: Duration | None = None) -> None:
         """Restart the lock's lifetime (default: its ``expire``)."""
-        token = self._check_owner()
-        seconds = self._extend_seconds(expire)
-        store = self.cache._store
-        if await store.get(self.key) != token or not await store.touch(self.key, seconds):
-            self._token = None
-            raise self._expired()
+        await self._run(self.extend_steps(expire))
 
     async def locked(self) -> bool:
         """Whether anyone holds the lock now."""
@@ -92,24 +69,10 @@ class AsyncLock(_LockState):
 
     async def owned(self) -> bool:
         """Whether this object holds the lock (and it has not expired)."""
-        token = self._held_token()
-        if token is None:
-            return False
-        return bool(await self.cache._store.get(self.key) == token)
+        return bool(await self._run(self.owned_steps()))
 
-    async def __aenter__(self) -> AsyncLock:
-        if not await self.acquire():
-            raise self._timed_out()
-        return self
+    async def _acquire_awaiting(self) -> bool:
+        return await self.acquire()
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def _release_awaiting(self) -> None:
         await self.release()
-
-    def __repr__(self) -> str:
-        state = "held" if self._token is not None else "free"
-        return f"<AsyncLock {self.name!r} {state} expire={self.expire}s>"

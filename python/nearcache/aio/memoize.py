@@ -1,9 +1,11 @@
 """``@acache.memoize()``: async memoization with stampede protection at two levels.
 
-Keys, entries and options are those of :mod:`nearcache.memoize` (the same
-``_Memo`` builds the keys and holds ``ttl``, ``stale_ttl``, ``beta`` and
-``lock_ttl``), so a sync and an async process agree on every entry.  What
-differs is how callers wait:
+Keys, entries, options and the stampede protocol are those of
+:mod:`nearcache.memoize`: the same ``_Memo`` builds the keys and holds
+``ttl``, ``stale_ttl``, ``beta`` and ``lock_ttl``, and the same steps
+(:mod:`nearcache.stampede`) decide between serving, waiting and computing;
+this module only awaits them.  A sync and an async process agree on every
+entry.  What the async side adds is how tasks of one process wait:
 
 * Across tasks of one process: the first task that misses becomes the
   *leader* of that key; the other tasks of the same event loop await its
@@ -22,38 +24,25 @@ are part of its key (see :mod:`nearcache.tags`).
 from __future__ import annotations
 
 import functools
-import logging
-import time
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import Any, Protocol, cast
 
 from nearcache.aio._runtime import Event, loop_token, new_event, sleep, spawn
-from nearcache.aio.lock import AsyncLock
-from nearcache.errors import (
-    ConfigurationError,
-    SerializationError,
-    ValueTooLargeError,
-)
-from nearcache.memoize import (
-    _ABSENT,
+from nearcache.aio._stores import StoreHolder
+from nearcache.errors import ConfigurationError
+from nearcache.generations import TagsArg, check_tags
+from nearcache.memoize import _first_parameter, _MethodDescriptor
+from nearcache.stampede import (
     _FRESH,
     _MISS,
-    _first_parameter,
     _is_async,
-    _log_refresh_failure,
     _Memo,
-    _MethodDescriptor,
-    _waits,
+    lead_steps,
 )
-from nearcache.tags import TagsArg, check_tags, suffix
+from nearcache.steps import Call, Spawn, Steps, run_async
 from nearcache.units import Duration
 
-if TYPE_CHECKING:
-    from nearcache.aio.cache import AsyncCache
-
 __all__ = ["AsyncMemoized", "async_memoize"]
-
-logger = logging.getLogger("nearcache.memoize")
 
 
 class _Flight:
@@ -85,9 +74,10 @@ class AsyncMemoized(Protocol):
 
 
 class _AsyncMemo:
-    """State and policy of one async memoized function."""
+    """State of one async memoized function: the shared ``_Memo`` and the
+    in-process flights."""
 
-    def __init__(self, cache: AsyncCache, memo: _Memo[Any]) -> None:
+    def __init__(self, cache: StoreHolder, memo: _Memo[Any]) -> None:
         self._cache = cache
         self._memo = memo
         self._flights: dict[tuple[object, str], _Flight] = {}
@@ -102,32 +92,49 @@ class _AsyncMemo:
         """The key builder and options shared with the sync memoize."""
         return self._memo
 
+    async def _perform(self, op: Call) -> Any:
+        return await getattr(self._cache._store, op.method)(*op.args)
+
+    async def _run(
+        self, steps: Steps[Any], compute: Callable[[], Awaitable[Any]] | None = None
+    ) -> Any:
+        def start(op: Spawn) -> None:
+            spawn(self._run, op.steps, compute)
+
+        return await run_async(steps, self._perform, sleep, compute, start)
+
     async def cache_key(self, *args: Any, **kwargs: Any) -> str:
         """The cache key of this call (with its tags' current generations)."""
-        key = self._memo.base_key(args, kwargs)
-        names = self._memo.tag_names(args, kwargs)
-        if names:
-            key += suffix(await self._cache.tag_generations(names))
-        return key
+        return cast(str, await self._run(self._memo.key_steps(args, kwargs)))
 
     async def invalidate(self, *args: Any, **kwargs: Any) -> bool:
         """Drop this call's entry; return whether there was one."""
-        return await self._cache.delete(await self.cache_key(*args, **kwargs))
+        return await self._cache._store.delete(await self.cache_key(*args, **kwargs))
 
     async def invalidate_all(self) -> int:
         """Drop every entry of this function (scans the keys); return how many."""
         prefix = self._memo.prefix
-        keys = await self._cache.keys()
-        return await self._cache.delete_many(
+        store = self._cache._store
+        keys = await store.keys()
+        return await store.delete_many(
             [k for k in keys if isinstance(k, str) and k.startswith(prefix)]
         )
 
     async def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        key = await self.cache_key(*args, **kwargs)
+        memo = self._memo
+        # A hit costs one read, made here: the key needs no store call
+        # without tags, and the read is the core's first step, classified by
+        # the core (the steps run on a miss only).
+        key = (
+            memo.base_key(args, kwargs)
+            if memo.tags is None
+            else await self.cache_key(*args, **kwargs)
+        )
+        store = self._cache._store
         while True:
-            state, value, expires = await self._read(key)
-            if state == _FRESH:
-                return value
+            read = memo.classify(await store.get(key, _MISS))
+            if read[0] == _FRESH:
+                return read[1]
             slot = (loop_token(), key)
             flight = self._flights.get(slot)
             if flight is None:
@@ -137,89 +144,17 @@ class _AsyncMemo:
                 return flight.value
             # The leader failed: start over (one of the waiters leads next).
         flight = self._flights[slot] = _Flight()
+
+        async def compute() -> Any:
+            return await memo.func(*args, **kwargs)
+
         try:
-            result = await self._lead(key, state, value, expires, args, kwargs)
+            result = await self._run(lead_steps(memo, key, read), compute)
             flight.ok, flight.value = True, result
             return result
         finally:
             del self._flights[slot]
             flight.done.set()
-
-    async def _lead(
-        self,
-        key: str,
-        state: int,
-        value: Any,
-        expires: float,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> Any:
-        memo = self._memo
-        lock = AsyncLock(self._cache, key, timeout=0, expire=memo.lock_ttl)
-        pauses = _waits()
-        while True:
-            if await lock.acquire():
-                if memo.background and state != _ABSENT:
-                    # Serve the stale value now; the lock passes to the refresh.
-                    spawn(self._refresh, key, lock, expires, args, kwargs)
-                    return value
-                try:
-                    done, newer = memo.newer(
-                        await self._read(key), expires if state != _ABSENT else 0.0
-                    )
-                    if done:
-                        return newer
-                    start = time.monotonic()
-                    result = await memo.func(*args, **kwargs)
-                    await self._store(key, result, time.monotonic() - start)
-                    return result
-                finally:
-                    await _release(lock, key)
-            if state != _ABSENT:
-                return value  # another process is refreshing: serve what we have
-            await sleep(next(pauses))
-            state, value, expires = await self._read(key)
-            if state != _ABSENT:
-                return value
-
-    async def _refresh(
-        self,
-        key: str,
-        lock: AsyncLock,
-        expires: float,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> None:
-        """Recompute and store one entry in the background, then free its lock."""
-        memo = self._memo
-        try:
-            if memo.newer(await self._read(key), expires)[0]:
-                return  # another process refreshed it between our read and our lock
-            start = time.monotonic()
-            result = await memo.func(*args, **kwargs)
-            await self._store(key, result, time.monotonic() - start)
-        except Exception:
-            _log_refresh_failure(memo)
-        finally:
-            await _release(lock, key)
-
-    async def _read(self, key: str) -> tuple[int, Any, float]:
-        return self._memo.classify(await self._cache._store.get(key, _MISS))
-
-    async def _store(self, key: str, value: Any, delta: float) -> None:
-        memo = self._memo
-        envelope, physical = memo.stored_form(value, delta)
-        try:
-            await self._cache._store.set(key, envelope, physical)
-        except (SerializationError, ValueTooLargeError) as exc:
-            memo.store_failed(value, exc)
-
-
-async def _release(lock: AsyncLock, key: str) -> None:
-    try:
-        await lock.release()
-    except Exception:  # expired meanwhile (or the store failed): nothing to free
-        logger.debug("memoize lock of %s not released", key, exc_info=True)
 
 
 class _BoundAsyncMemoized:
@@ -270,7 +205,7 @@ class _AsyncMemoizedMethod(_MethodDescriptor):
 
 
 def async_memoize(
-    cache: AsyncCache,
+    cache: StoreHolder,
     ttl: Duration | None = None,
     *,
     tags: TagsArg | None = None,
@@ -307,7 +242,7 @@ def async_memoize(
                 "(use the sync cache's memoize)"
             )
         memo: _Memo[Any] = _Memo(
-            cache,  # type: ignore[arg-type]  # only its default_ttl is read
+            cache,
             func,
             ttl=ttl,
             key=key,

@@ -73,11 +73,11 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
-from datetime import timedelta
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias, TypeVar
+from typing import Any, ClassVar, TypeAlias, TypeVar
 
 from nearcache import units
+from nearcache.conveniences import PolicyMethods
 from nearcache.errors import (
     BackendError,
     CacheClosedError,
@@ -91,11 +91,6 @@ from nearcache.errors import (
 )
 from nearcache.keys import Key, check_key_collection, encode_key
 
-if TYPE_CHECKING:
-    from nearcache.locks import Lock
-    from nearcache.memoize import MemoizeDecorator
-    from nearcache.tags import TagsArg
-
 __all__ = [
     "MAX_INT64",
     "MIN_INT64",
@@ -104,6 +99,7 @@ __all__ = [
     "CacheClosedError",
     "CounterOverflowError",
     "Driver",
+    "EncodedKey",
     "Error",
     "InvalidKeyError",
     "Key",
@@ -127,13 +123,42 @@ _T = TypeVar("_T")
 _DriverT = TypeVar("_DriverT", bound="Driver")
 
 
+class EncodedKey(bytes):
+    """A key already encoded by :func:`key_bytes`, handed down so that it is
+    not encoded again.
+
+    :func:`key_bytes` returns it as it is, so a driver whose keys all go
+    through :func:`key_bytes` (:attr:`Driver.accepts_encoded_keys`) takes it
+    in place of the key it encodes.  The tiered cache encodes each key once,
+    at its door, and hands these to such tiers.  Anywhere else (a
+    :class:`~nearcache.Cache`, the engine) it is an ordinary ``bytes`` key.
+    Its ``repr`` is the original key's, so messages that name it (``incr``
+    on a value that is not a counter) read as they would with the key.
+    """
+
+    #: The key these bytes encode.
+    key: Key
+
+    def __new__(cls, data: bytes, key: Key) -> EncodedKey:
+        encoded = super().__new__(cls, data)
+        encoded.key = key
+        return encoded
+
+    def __repr__(self) -> str:
+        return repr(self.key)
+
+
 def key_bytes(key: Key) -> bytes:
     """Return the bytes a driver stores ``key`` under (:func:`nearcache.keys.encode_key`).
+
+    An :class:`EncodedKey` is returned as it is (it was encoded already).
 
     Raises:
         KeyTypeError: ``key`` is not ``str``, ``bytes`` or ``int``.
         InvalidKeyError: ``key`` is empty.
     """
+    if key.__class__ is EncodedKey:
+        return key
     data = encode_key(key)
     if not data:
         raise InvalidKeyError("the empty key is not a cache key")
@@ -170,7 +195,7 @@ def check_counter_args(delta: int, default: int | None) -> None:
             raise CounterOverflowError("default is outside the signed 64-bit range")
 
 
-class Driver(ABC):
+class Driver(PolicyMethods, ABC):
     """A key-value store with expiry, behind nearcache's one API.
 
     Subclasses implement the abstract methods; the others have correct (if
@@ -180,6 +205,9 @@ class Driver(ABC):
 
     #: Short name used in configuration URLs and stats.
     name: ClassVar[str] = "driver"
+    #: Whether every key this driver takes goes through :func:`key_bytes`, so
+    #: that it takes an :class:`EncodedKey` in place of a key (see there).
+    accepts_encoded_keys: ClassVar[bool] = False
 
     #: Seconds: how much later than its TTL an entry may still be seen.
     ttl_resolution: float = 0.001
@@ -347,60 +375,6 @@ class Driver(ABC):
             NotImplementedError: the store cannot list its keys (memcached).
         """
         raise NotImplementedError(f"the {self.name} driver cannot list its keys")
-
-    # -- decorators, locks -------------------------------------------------
-
-    def memoize(
-        self,
-        ttl: units.Duration | None = None,
-        *,
-        tags: TagsArg | None = None,
-        key: Callable[..., object] | None = None,
-        name: str | None = None,
-        ignore: Iterable[str] = (),
-        stale_ttl: units.Duration = 0,
-        beta: float = 0.0,
-        lock_ttl: units.Duration = 60.0,
-        background: bool = False,
-        ttl_jitter: float = 0.0,
-    ) -> MemoizeDecorator:
-        """Decorator caching a function's results in this store, exactly as
-        :meth:`nearcache.Cache.memoize` does (:func:`nearcache.memoize.memoize`).
-
-        The stampede lock is an ``add`` on this store, so with a remote store
-        (or a tiered cache) one caller computes across every host.
-        ``invalidate_all`` needs :meth:`keys`.  With ``tags=``,
-        :meth:`nearcache.tags.Tagged.memoize` over this store.
-        """
-        options: dict[str, Any] = {
-            "key": key,
-            "name": name,
-            "ignore": ignore,
-            "stale_ttl": stale_ttl,
-            "beta": beta,
-            "lock_ttl": lock_ttl,
-            "background": background,
-            "ttl_jitter": ttl_jitter,
-        }
-        if tags is not None:
-            from nearcache.tags import Tagged
-
-            return Tagged(self).memoize(ttl, tags=tags, **options)
-        from nearcache.memoize import memoize
-
-        return memoize(self, ttl, **options)
-
-    def lock(
-        self,
-        name: str,
-        timeout: float | timedelta | None = None,
-        expire: units.Duration = 60.0,
-    ) -> Lock:
-        """A lock stored in this store, shared by every process (and host) that
-        uses it; see :class:`nearcache.Lock` and :meth:`nearcache.Cache.lock`."""
-        from nearcache.locks import Lock
-
-        return Lock(self, name, timeout=timeout, expire=expire)
 
     # -- lifecycle ---------------------------------------------------------
 

@@ -145,6 +145,7 @@ class MemcachedDriver(Driver):
     """One or more memcached servers as a cache."""
 
     name: ClassVar[str] = "memcached"
+    accepts_encoded_keys: ClassVar[bool] = True
     ttl_resolution: float = 2.0
     max_value_size: int
 

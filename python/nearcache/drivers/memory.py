@@ -58,6 +58,7 @@ class MemoryDriver(Driver):
     """A bounded LRU dictionary in this process, shared by its threads."""
 
     name: ClassVar[str] = "memory"
+    accepts_encoded_keys: ClassVar[bool] = True
 
     def __init__(
         self,

@@ -33,6 +33,7 @@ class NullDriver(Driver):
     """Every write is accepted and forgotten; every read misses."""
 
     name: ClassVar[str] = "null"
+    accepts_encoded_keys: ClassVar[bool] = True
     stores: ClassVar[bool] = False
 
     def get(self, key: Key, default: Any = None) -> Any:

@@ -117,6 +117,7 @@ class RedisDriver(Driver):
     """A Redis database (or the part of it under ``prefix``) as a cache."""
 
     name: ClassVar[str] = "redis"
+    accepts_encoded_keys: ClassVar[bool] = True
     #: What the client raises when the server fails (each becomes a BackendError).
     _errors: ClassVar[tuple[type[Exception], ...]] = (redis.exceptions.RedisError,)
 

@@ -71,16 +71,18 @@ Cluster and Sentinel L2s)
     what it missed and clears L1 only when that history is gone
     (:mod:`nearcache.tiered.stream`).
 One listener per host
-    With a stream and a shared-memory L1, the processes of a host elect one
-    listener with an OFD lock beside the L1 file; the others subscribe to
-    nothing, and the lock moves when its holder dies
-    (:mod:`nearcache.tiered.election`).  The change counter that guards the
-    races above is then kept in the shared L1 (:mod:`nearcache.tiered.shared`).
-
-With pub/sub, several processes on one host that share a shared-memory L1
-each run their own subscription; they then also drop each other's fresh
-writes from L1 (one extra L2 read per write), which keeps every process's
-reads coherent.
+    With a shared-memory L1, in every invalidation mode (pub/sub, tracking,
+    stream), the processes of a host elect one listener per channel with an
+    OFD lock beside the L1 file; the others subscribe to nothing (they still
+    publish their writes), and the lock moves when its holder dies
+    (:mod:`nearcache.tiered.election`).  A new listener that cannot replay
+    what was sent meanwhile (pub/sub, tracking, a stream whose history is
+    gone) clears the host's L1, counted in ``stats()["takeover_clears"]``.
+    The change counter that guards the races above is kept in the shared L1
+    (:mod:`nearcache.tiered.shared`).  The listener applies the writes of the
+    host's other processes too (it skips only its own messages), dropping
+    their fresh L1 copies: one extra L2 read per write, which keeps every
+    process's reads coherent.
 """
 
 from __future__ import annotations

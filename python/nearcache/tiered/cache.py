@@ -5,6 +5,7 @@ See :mod:`nearcache.tiered` for the read, write, invalidation and failure rules.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
@@ -16,6 +17,7 @@ from nearcache.drivers.base import (
     TTL,
     BackendError,
     Driver,
+    EncodedKey,
     Key,
     SerializationError,
     ValueTooLargeError,
@@ -84,6 +86,23 @@ class _Listener(InvalidationListener):
         cache = self._target()
         if cache is not None:
             cache._resync()
+
+    def on_listening(self) -> None:
+        cache = self._target()
+        if cache is not None:
+            cache._listening()
+
+
+def _channel_id(invalidator: Invalidator) -> str:
+    """A short name for what ``invalidator`` listens to (its server, channel,
+    stream or tracked prefix): the election is per host and channel, so caches
+    of one L1 file on different channels each have their listener."""
+    parts = [type(invalidator).__name__]
+    for name in ("url", "channel", "stream", "prefix"):
+        value = getattr(invalidator, name, None)
+        if isinstance(value, bytes | str):
+            parts.append(f"{name}={value!r}")
+    return hashlib.blake2b("|".join(parts).encode(), digest_size=6).hexdigest()
 
 
 def _socket_timeout(client: Any) -> float | None:
@@ -194,6 +213,9 @@ class TieredCache(Driver):
             self._breaker = CircuitBreaker(l1, failures=1 if circuit_breaker else 0)
         self._l2c = cast(Driver, _GuardedL2(l2, self._breaker))
         self._l1_get = l1.bound_get()
+        # Keys are encoded once, at the door of each operation; a tier whose
+        # driver encodes with key_bytes is handed those bytes (EncodedKey).
+        self._l2_encoded = l2.accepts_encoded_keys
         self._l1_ttl_ms = (_duration_ms(l1_ttl) or 0) if l1_ttl is not None else 0
         self.on_get_error = on_get_error
         self.on_set_error = on_set_error
@@ -230,6 +252,9 @@ class TieredCache(Driver):
             self._l2, "set_and_append"
         )
         self._election: ListenerElection | None = None
+        self._takeovers = 0
+        self._takeover_clears = 0
+        self._taking_over = False
         invalidator = self._invalidator
         if invalidator is None:
             return
@@ -237,14 +262,28 @@ class TieredCache(Driver):
         path = shared_path(l1)
         if isinstance(invalidator, StreamInvalidator):
             invalidator.set_positions(L1Positions(l1, invalidator.stream))
-            if path is not None:
-                # One listener per host: the processes sharing this L1 elect it.
-                self._election = ListenerElection(path + ".listener")
-                self._election.start(lambda: invalidator.start(listener))
-        if self._election is None:
+        if path is not None:
+            # One listener per host and channel, in every invalidation mode:
+            # the processes sharing this L1 elect it; the others only publish.
+            self._election = ListenerElection(f"{path}.listener-{_channel_id(invalidator)}")
+            if isinstance(invalidator, RedisInvalidator):
+                invalidator.restart_after_fork = False  # the election decides
+            self._election.start(lambda: self._elected(invalidator, listener))
+        else:
             invalidator.start(listener)
         if ready_timeout > 0:
             self.wait_ready(ready_timeout)
+
+    def _elected(self, invalidator: Invalidator, listener: InvalidationListener) -> None:
+        """This process became the host's listener (on the election thread)."""
+        election = self._election
+        if election is not None and election.took_over:
+            # Another process listened before and is gone: what was sent
+            # meanwhile reached no one here, so the first session must replay
+            # it (a stream whose history is intact) or clear L1 (see _resync).
+            self._takeovers += 1
+            self._taking_over = True
+        invalidator.start(listener)
 
     def _build_get(self) -> Callable[[Key, Any], Any]:
         """The hot path as a closure: one call into L1, one comparison, one count.
@@ -392,17 +431,25 @@ class TieredCache(Driver):
         elif callable(policy):
             policy(exc, operation, key)
 
-    def _bump(self, keys: Iterable[Key] | None = None) -> None:
-        """Move the generation of ``keys`` on (None: of every key)."""
-        self._generation.bump(None if keys is None else [key_bytes(key) for key in keys])
+    def _door(self, key: Key) -> tuple[EncodedKey, Key]:
+        """Encode ``key``, once for the whole operation: (its bytes, for the
+        generation and the invalidations; what L2 is handed, the same bytes
+        when its driver takes them)."""
+        raw = EncodedKey(key_bytes(key), key)
+        return raw, (raw if self._l2_encoded else key)
 
-    def _epoch(self, key: Key) -> Epoch:
-        return self._generation.current(key_bytes(key))
+    def _doors(self, keys: Iterable[Key]) -> tuple[list[EncodedKey], list[Key]]:
+        """:meth:`_door` for several keys: (their bytes, what L2 is handed)."""
+        given = list(keys)
+        raws = [EncodedKey(key_bytes(key), key) for key in given]
+        return raws, (list(raws) if self._l2_encoded else given)
 
-    def _epochs(self, keys: list[Key]) -> dict[Key, Epoch]:
-        raws = {key: key_bytes(key) for key in keys}
-        by_raw = self._generation.current_many(raws.values())
-        return {key: by_raw[raw] for key, raw in raws.items()}
+    def _bump(self, raws: Iterable[bytes] | None = None) -> None:
+        """Move the generation of the keys ``raws`` on (None: of every key)."""
+        self._generation.bump(raws)
+
+    def _epoch(self, raw: bytes) -> Epoch:
+        return self._generation.current(raw)
 
     def _l1_ttl_for(self, ttl: TTL) -> float:
         """The TTL an L1 copy gets for an L2 entry written with ``ttl``."""
@@ -419,20 +466,20 @@ class TieredCache(Driver):
             self._l1_rejected += 1
             self._l1.delete(key)
 
-    def _fill(self, key: Key, value: Any, left: float | None, epoch: Epoch) -> None:
+    def _fill(self, key: Key, raw: bytes, value: Any, left: float | None, epoch: Epoch) -> None:
         """Copy an L2 hit into L1, unless a write or invalidation of the key raced it."""
         bound = self._l1_ttl_ms / 1000
         ttl = bound if left is None else (min(left, bound) if bound else left)
         self._l1_store(key, value, ttl)
-        if self._epoch(key) != epoch:
+        if self._epoch(raw) != epoch:
             self._fills_dropped += 1
             self._l1.delete(key)
 
-    def _publish(self, keys: Iterable[Key]) -> None:
+    def _publish(self, raws: list[EncodedKey]) -> None:
         invalidator = self._invalidator
         if invalidator is None or getattr(invalidator, "server_side", False):
             return
-        raw = [key_bytes(key) for key in keys]
+        raw: list[bytes] = list(raws)
         try:
             invalidator.publish(raw)
         except BackendError as exc:
@@ -440,11 +487,11 @@ class TieredCache(Driver):
         else:
             self._invalidations_sent += 1
 
-    def _message(self, key: Key) -> tuple[bytes, bytes]:
-        """(channel, message) invalidating ``key``, for pipelined writes."""
+    def _message(self, raw: bytes) -> tuple[bytes, bytes]:
+        """(channel, message) invalidating the key ``raw``, for pipelined writes."""
         invalidator = self._invalidator
         assert isinstance(invalidator, RedisInvalidator)
-        return invalidator.channel, encode_message(invalidator.origin, _OP_KEYS, [key_bytes(key)])
+        return invalidator.channel, encode_message(invalidator.origin, _OP_KEYS, [raw])
 
     # -- called by the invalidation thread -----------------------------------
 
@@ -466,7 +513,12 @@ class TieredCache(Driver):
 
     def _resync(self) -> None:
         self._resyncs += 1
+        if self._taking_over:
+            self._takeover_clears += 1  # a takeover that could not replay
         self._clear_l1()
+
+    def _listening(self) -> None:
+        self._taking_over = False  # the first session after a takeover is up
 
     # -- reads ---------------------------------------------------------------
 
@@ -479,9 +531,10 @@ class TieredCache(Driver):
         return self._get_l2(key, default)
 
     def _get_l2(self, key: Key, default: Any) -> Any:
-        epoch = self._epoch(key)
+        raw, l2_key = self._door(key)
+        epoch = self._epoch(raw)
         try:
-            value, left = self._l2c.get_with_ttl(key, _MISS)
+            value, left = self._l2c.get_with_ttl(l2_key, _MISS)
         except BackendError as exc:
             self._misses += 1
             self._failed(self.on_get_error, exc, "get", key)
@@ -490,20 +543,21 @@ class TieredCache(Driver):
             self._misses += 1
             return default
         self._l2_hits += 1
-        self._fill(key, value, left, epoch)
+        self._fill(key, raw, value, left, epoch)
         return value
 
     def get_with_ttl(self, key: Key, default: Any = None) -> tuple[Any, float | None]:
         """From L2, which knows the true TTL (and fill L1)."""
-        epoch = self._epoch(key)
+        raw, l2_key = self._door(key)
+        epoch = self._epoch(raw)
         try:
-            value, left = self._l2c.get_with_ttl(key, _MISS)
+            value, left = self._l2c.get_with_ttl(l2_key, _MISS)
         except BackendError as exc:
             self._failed(self.on_get_error, exc, "get", key)
             return default, None
         if value is _MISS:
             return default, None
-        self._fill(key, value, left, epoch)
+        self._fill(key, raw, value, left, epoch)
         return value, left
 
     def get_many(self, keys: Iterable[Key]) -> dict[Any, Any]:
@@ -515,19 +569,30 @@ class TieredCache(Driver):
         missing = [key for key in wanted if key not in found]
         if not missing:
             return found
-        epochs = self._epochs(missing)
         try:
-            fetched = self._l2c.get_many_with_ttl(missing)
+            fetched = self._fetch_many(missing)
         except BackendError as exc:
             self._misses += len(missing)
             self._failed(self.on_get_error, exc, "get_many", missing)
             return found
         self._l2_hits += len(fetched)
         self._misses += len(missing) - len(fetched)
-        for key, (value, left) in fetched.items():
-            self._fill(key, value, left, epochs[key])
-            found[key] = value
+        for key, value in fetched.items():
+            found[key] = value[0]
         return found
+
+    def _fetch_many(self, keys: list[Key]) -> dict[Any, tuple[Any, float | None]]:
+        """``{key: (value, left)}`` from L2 for ``keys``, each encoded once, filling L1."""
+        raws, l2_keys = self._doors(keys)
+        by_raw = self._generation.current_many(raws)
+        fetched = self._l2c.get_many_with_ttl(l2_keys)
+        result: dict[Any, tuple[Any, float | None]] = {}
+        for key, raw, l2_key in zip(keys, raws, l2_keys, strict=True):
+            hit = fetched.get(l2_key, _MISS)
+            if hit is not _MISS:
+                result[key] = hit
+                self._fill(key, raw, hit[0], hit[1], by_raw[raw])
+        return result
 
     def get_many_with_ttl(self, keys: Iterable[Key]) -> dict[Any, tuple[Any, float | None]]:
         """From L2 in one request (it knows the true TTLs), filling L1."""
@@ -535,15 +600,11 @@ class TieredCache(Driver):
         wanted = list(keys)
         if not wanted:
             return {}
-        epochs = self._epochs(wanted)
         try:
-            fetched = self._l2c.get_many_with_ttl(wanted)
+            return self._fetch_many(wanted)
         except BackendError as exc:
             self._failed(self.on_get_error, exc, "get_many", wanted)
             return {}
-        for key, (value, left) in fetched.items():
-            self._fill(key, value, left, epochs[key])
-        return fetched
 
     def keys(self) -> list[Key]:
         """L2's keys, as L2's driver lists them (L1 holds a subset of them).
@@ -563,7 +624,7 @@ class TieredCache(Driver):
         if self._l1.contains(key):
             return True
         try:
-            return self._l2c.contains(key)
+            return self._l2c.contains(self._door(key)[1])
         except BackendError as exc:
             self._failed(self.on_get_error, exc, "contains", key)
             return False
@@ -572,38 +633,41 @@ class TieredCache(Driver):
 
     def set(self, key: Key, value: Any, ttl: TTL = None) -> None:
         """L2, then this host's L1, then the invalidation."""
-        before = self._epoch(key) if self._generation.shared else None
+        raw, l2_key = self._door(key)
+        before = self._epoch(raw) if self._generation.shared else None
         try:
             if self._co_append:
                 invalidator = cast(StreamInvalidator, self._invalidator)
-                entry = invalidator.xadd_args(invalidator.message([key_bytes(key)]))
-                self._l2c.set_and_append(key, value, ttl, entry)  # type: ignore[attr-defined]
+                entry = invalidator.xadd_args(invalidator.message([raw]))
+                self._l2c.set_and_append(l2_key, value, ttl, entry)  # type: ignore[attr-defined]
                 self._invalidations_sent += 1
             elif self._co_publish:
-                channel, message = self._message(key)
-                self._l2c.set_and_publish(key, value, ttl, channel, message)  # type: ignore[attr-defined]
+                channel, message = self._message(raw)
+                self._l2c.set_and_publish(l2_key, value, ttl, channel, message)  # type: ignore[attr-defined]
                 self._invalidations_sent += 1
             else:
-                self._l2c.set(key, value, ttl)
+                self._l2c.set(l2_key, value, ttl)
         except BackendError as exc:
-            self._write_failed(exc, "set", key)
-            self._bump((key,))
+            self._write_failed(exc, "set", key, [raw])
+            self._bump([raw])
             self._l1_store(key, value, self._l1_ttl_for(ttl))
             return
-        self._bump((key,))
+        self._bump([raw])
         self._l1_store(key, value, self._l1_ttl_for(ttl))
-        if before is not None and self._epoch(key) != Generation.after_own_bump(before):
+        if before is not None and self._epoch(raw) != Generation.after_own_bump(before):
             # Another process changed this key (or one of its stripe)
             # meanwhile, maybe from another host through the listener: do
             # not keep a copy that might be older than L2.
             self._fills_dropped += 1
             self._l1.delete(key)
         if not (self._co_publish or self._co_append):
-            self._publish((key,))
+            self._publish([raw])
 
-    def _write_failed(self, exc: BackendError, operation: str, key: Any) -> None:
+    def _write_failed(
+        self, exc: BackendError, operation: str, key: Any, raws: list[EncodedKey]
+    ) -> None:
         if self.on_set_error == "raise":
-            self._bump(key if isinstance(key, list) else (key,))
+            self._bump(raws)
             if isinstance(key, list):
                 self._l1.delete_many(key)
             else:
@@ -616,17 +680,18 @@ class TieredCache(Driver):
         items = dict(mapping)
         if not items:
             return
+        raws, l2_keys = self._doors(items)
         l1_ttl = self._l1_ttl_for(ttl)
         try:
-            self._l2c.set_many(items, ttl)
+            self._l2c.set_many(dict(zip(l2_keys, items.values(), strict=True)), ttl)
         except BackendError as exc:
-            self._write_failed(exc, "set_many", list(items))
-            self._bump(items)
+            self._write_failed(exc, "set_many", list(items), raws)
+            self._bump(raws)
             self._l1_set_many(items, l1_ttl)
             return
-        self._bump(items)
+        self._bump(raws)
         self._l1_set_many(items, l1_ttl)
-        self._publish(items)
+        self._publish(raws)
 
     def _l1_set_many(self, items: dict[Key, Any], l1_ttl: float) -> None:
         try:
@@ -635,59 +700,64 @@ class TieredCache(Driver):
             for key, value in items.items():
                 self._l1_store(key, value, l1_ttl)
 
+    def _l2_write(self, operation: str, key: Key, *args: Any) -> tuple[Any, EncodedKey]:
+        """(L2's answer to ``operation`` on ``key``, or None if L2 failed and
+        the write policy let it pass; the key's bytes)."""
+        raw, l2_key = self._door(key)
+        try:
+            return getattr(self._l2c, operation)(l2_key, *args), raw
+        except BackendError as exc:
+            self._write_failed(exc, operation, key, [raw])
+            return None, raw
+
     def add(self, key: Key, value: Any, ttl: TTL = None) -> bool:
         """L2 add; on success, L1 and the invalidation."""
-        try:
-            added = self._l2c.add(key, value, ttl)
-        except BackendError as exc:
-            self._write_failed(exc, "add", key)
-            return False
+        added, raw = self._l2_write("add", key, value, ttl)
         if added:
-            self._bump((key,))
+            self._bump([raw])
             self._l1_store(key, value, self._l1_ttl_for(ttl))
-            self._publish((key,))
-        return added
+            self._publish([raw])
+        return bool(added)
 
     def replace(self, key: Key, value: Any, ttl: TTL = None) -> bool:
         """L2 replace; on success, L1 and the invalidation."""
-        try:
-            replaced = self._l2c.replace(key, value, ttl)
-        except BackendError as exc:
-            self._write_failed(exc, "replace", key)
+        replaced, raw = self._l2_write("replace", key, value, ttl)
+        if replaced is None:
             return False
-        self._bump((key,))
+        self._bump([raw])
         if replaced:
             self._l1_store(key, value, self._l1_ttl_for(ttl))
-            self._publish((key,))
+            self._publish([raw])
         else:
             self._l1.delete(key)
-        return replaced
+        return bool(replaced)
 
     def touch(self, key: Key, ttl: TTL = None) -> bool:
         """L2 touch, then the L1 copy's TTL (bounded by ``l1_ttl``)."""
-        try:
-            touched = self._l2c.touch(key, ttl)
-        except BackendError as exc:
-            self._write_failed(exc, "touch", key)
+        touched, raw = self._l2_write("touch", key, ttl)
+        if touched is None:
             return False
         if touched:
             self._l1.touch(key, self._l1_ttl_for(ttl))
-            self._publish((key,))  # a shorter TTL must not be outlived elsewhere
+            self._publish([raw])  # a shorter TTL must not be outlived elsewhere
         else:
-            self._bump((key,))
+            self._bump([raw])
             self._l1.delete(key)
-        return touched
+        return bool(touched)
 
     def incr(self, key: Key, delta: int = 1, default: int | None = 0) -> int:
         """L2 incr; the L1 copy is dropped (and other hosts told)."""
+        raw, l2_key = self._door(key)
         try:
-            result = self._l2c.incr(key, delta, default)
+            result = self._l2c.incr(l2_key, delta, default)
         except BackendError as exc:
-            self._write_failed(exc, "incr", key)
+            self._write_failed(exc, "incr", key, [raw])
             raise
-        self._bump((key,))
+        except KeyError:
+            raise KeyError(key) from None  # the caller's key, not its bytes
+        self._bump([raw])
         self._l1.delete(key)
-        self._publish((key,))
+        self._publish([raw])
         return result
 
     def delete(self, key: Key) -> bool:
@@ -697,32 +767,33 @@ class TieredCache(Driver):
         that fetched the old value while the delete was in flight cannot
         leave it behind.
         """
-        self._bump((key,))
+        raw, l2_key = self._door(key)
+        self._bump([raw])
         self._l1.delete(key)
         try:
-            return self._delete_l2(key)
+            return self._delete_l2(key, raw, l2_key)
         finally:
-            self._bump((key,))
+            self._bump([raw])
             self._l1.delete(key)
 
-    def _delete_l2(self, key: Key) -> bool:
+    def _delete_l2(self, key: Key, raw: EncodedKey, l2_key: Key) -> bool:
         try:
             if self._co_append:
                 invalidator = cast(StreamInvalidator, self._invalidator)
-                entry = invalidator.xadd_args(invalidator.message([key_bytes(key)]))
-                deleted: bool = self._l2c.delete_and_append(key, entry)  # type: ignore[attr-defined]
+                entry = invalidator.xadd_args(invalidator.message([raw]))
+                deleted: bool = self._l2c.delete_and_append(l2_key, entry)  # type: ignore[attr-defined]
                 self._invalidations_sent += 1
                 return deleted
             if self._co_publish:
-                channel, message = self._message(key)
-                deleted = self._l2c.delete_and_publish(key, channel, message)  # type: ignore[attr-defined]
+                channel, message = self._message(raw)
+                deleted = self._l2c.delete_and_publish(l2_key, channel, message)  # type: ignore[attr-defined]
                 self._invalidations_sent += 1
                 return deleted
-            deleted = self._l2c.delete(key)
+            deleted = self._l2c.delete(l2_key)
         except BackendError as exc:
             self._failed(self.on_set_error, exc, "delete", key)
             return False
-        self._publish((key,))
+        self._publish([raw])
         return deleted
 
     def delete_many(self, keys: Iterable[Key]) -> int:
@@ -731,34 +802,36 @@ class TieredCache(Driver):
         wanted = list(keys)
         if not wanted:
             return 0
-        self._bump(wanted)
+        raws, l2_keys = self._doors(wanted)
+        self._bump(raws)
         self._l1.delete_many(wanted)
         try:
-            count = self._l2c.delete_many(wanted)
+            count = self._l2c.delete_many(l2_keys)
         except BackendError as exc:
             self._failed(self.on_set_error, exc, "delete_many", wanted)
             return 0
         finally:
-            self._bump(wanted)  # again: see delete
+            self._bump(raws)  # again: see delete
             self._l1.delete_many(wanted)
-        self._publish(wanted)
+        self._publish(raws)
         return count
 
     def pop(self, key: Key, default: Any = None) -> Any:
         """L2 pop (atomic where L2 is); L1 and other hosts drop the key."""
-        self._bump((key,))
+        raw, l2_key = self._door(key)
+        self._bump([raw])
         self._l1.delete(key)
         try:
-            value = self._l2c.pop(key, _MISS)
+            value = self._l2c.pop(l2_key, _MISS)
         except BackendError as exc:
             self._failed(self.on_set_error, exc, "pop", key)
             return default
         finally:
-            self._bump((key,))  # again: see delete
+            self._bump([raw])  # again: see delete
             self._l1.delete(key)
         if value is _MISS:
             return default
-        self._publish((key,))
+        self._publish([raw])
         return value
 
     def clear(self) -> None:
@@ -809,6 +882,8 @@ class TieredCache(Driver):
             "invalidations_received": self._invalidations_received,
             "clears_received": self._clears_received,
             "resyncs": self._resyncs,
+            "takeovers": self._takeovers,
+            "takeover_clears": self._takeover_clears,
             "l1_rejected": self._l1_rejected,
             "fills_dropped": self._fills_dropped,
             "l1_ttl": self.l1_ttl,

@@ -2,14 +2,18 @@
 
 The election is an open-file-description lock (``F_OFD_SETLK``, or
 ``flock`` where OFD locks are missing) on a file beside the L1 cache file
-(``<cache file>.listener``).  Every process polls for the lock on a daemon
+(``<cache file>.listener-<channel id>``: one election per channel, in every
+invalidation mode).  Every process polls for the lock on a daemon
 thread (every ``poll_interval`` seconds, 20 ms by default); the one that
 holds it runs the invalidation listener, the others subscribe to nothing.
 The kernel drops the lock when its holder dies, however it dies (SIGKILL
 included), so another process takes over within one poll interval.
 
 After ``fork`` the child closes its copy of the descriptor (the lock stays
-with the parent's open file description) and polls on its own.
+with the parent's open file description) and polls on its own.  A process
+that wins the lock after finding it held (:attr:`ListenerElection.took_over`)
+is taking over from a listener that died or closed: what was sent in between
+reached nobody on the host, so its first session replays or clears L1.
 """
 
 from __future__ import annotations
@@ -63,6 +67,9 @@ class ListenerElection:
         self._thread: threading.Thread | None = None
         self._on_elected: Callable[[], None] | None = None
         self.elections = 0
+        #: Whether this process won the lock after finding it held by another
+        #: (a takeover, not a first election).
+        self.took_over = False
         _after_fork.add(self)
 
     @property
@@ -101,6 +108,7 @@ class ListenerElection:
         self._fd = fd
         while not self._stop.is_set():
             if _try_lock(fd):
+                self.took_over = self._held_elsewhere.is_set()
                 self._held_elsewhere.clear()
                 os.ftruncate(fd, 0)
                 os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)

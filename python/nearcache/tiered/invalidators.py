@@ -44,6 +44,9 @@ class InvalidationListener:
     def on_resync(self) -> None:
         """The subscription was (re)established: messages may have been missed."""
 
+    def on_listening(self) -> None:
+        """A session is up and delivering (after its ``on_resync``, if it had one)."""
+
 
 class Invalidator:
     """A channel carrying "drop these keys" messages between hosts.
@@ -246,6 +249,9 @@ class RedisInvalidator(ReaderThread, Invalidator):
         self._stop = threading.Event()
         self._connected = threading.Event()
         self._pid = os.getpid()
+        #: Whether a forked child starts its own subscription (False when a
+        #: listener election decides which process of the host listens).
+        self.restart_after_fork = True
         self.received = 0
         self.ignored = 0
         self.sent = 0
@@ -349,6 +355,7 @@ class RedisInvalidator(ReaderThread, Invalidator):
             # `wait_ready` returned is not wiped by this clear.
             self.subscriptions += 1
             listener.on_resync()
+            listener.on_listening()
             self._connected.set()
 
     def _deliver(self, listener: InvalidationListener, data: bytes) -> None:
@@ -369,9 +376,12 @@ class RedisInvalidator(ReaderThread, Invalidator):
 
     def _after_fork_in_child(self) -> None:
         self._connected.clear()
+        self._connection = None  # the parent's: never close it from here
         self._pid = os.getpid()
         self.origin = uuid.uuid4().bytes
-        if self._thread is not None and self._listener is not None and not self._stop.is_set():
+        running = self._thread is not None and not self._stop.is_set()
+        self._thread = None  # the parent's thread does not exist here
+        if running and self.restart_after_fork and self._listener is not None:
             self.start(self._listener)
 
     def stats(self) -> dict[str, Any]:

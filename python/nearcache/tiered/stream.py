@@ -224,6 +224,7 @@ class StreamInvalidator(ReaderThread, Invalidator):
         incarnation, position, last = self._resume(listener)
         self._save(incarnation, position)
         missed_until = stream_id(last)
+        listener.on_listening()
         self._connected.set()
         while not self._stop.is_set():
             reply = self.client.xread({self.stream: position}, count=1000, block=self.block_ms)

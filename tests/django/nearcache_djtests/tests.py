@@ -427,7 +427,7 @@ if "nearcache-async" in SUITES:
             forbidden = mock.Mock(side_effect=AssertionError("sync_to_async used"))
             with (
                 mock.patch("django.core.cache.backends.base.sync_to_async", forbidden),
-                mock.patch("nearcache.contrib.django.sync_to_async", forbidden),
+                mock.patch("nearcache.contrib.django.backend.sync_to_async", forbidden),
                 mock.patch.object(type(backend), "get", spy_get),
             ):
                 await backend.aset("a", 1)

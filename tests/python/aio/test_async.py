@@ -21,8 +21,8 @@ from nearcache.aio._stores import InlineStore, ThreadStore, TieredStore
 from nearcache.aio.lock import AsyncLock
 from nearcache.drivers import MemcachedDriver, MemoryDriver, RedisDriver, ShmDriver
 from nearcache.errors import ConfigurationError
-from nearcache.memoize import _ABSENT, _EARLY, _FRESH, _STALE
-from nearcache.memoize import _MISS as _MEMO_MISS
+from nearcache.stampede import _ABSENT, _EARLY, _FRESH, _STALE
+from nearcache.stampede import _MISS as _MEMO_MISS
 from nearcache.testing import MemcachedServer, RedisServer
 from nearcache.tiered import TieredCache
 

@@ -32,8 +32,8 @@ from django.core.cache import CacheKeyWarning
 from django.core.exceptions import ImproperlyConfigured, SynchronousOnlyOperation
 from django.utils.asyncio import async_unsafe
 
-from nearcache.contrib import django as backend_module
 from nearcache.contrib.django import LONG_KEY, NearCache, TieredNearCache
+from nearcache.contrib.django import backend as backend_module
 
 _names = count()
 

@@ -43,7 +43,8 @@ What Django documents for cache backends holds here:
   their SHA-256 digest.
 * ``incr``/``decr`` are atomic across processes for integers stored by this
   backend (the engine's native 64-bit counter); other numbers (``float``,
-  ``bool``, integers beyond 64 bits) fall back to Django's get-then-set.
+  ``bool``, integers beyond 64 bits) go through a compare-and-swap loop,
+  atomic too (the tiered backend keeps Django's get-then-set for those).
   Like every backend, a missing key raises ``ValueError`` and a value that
   cannot be added to raises ``TypeError``; the entry keeps its expiry.
 * ``get_many``/``set_many``/``delete_many`` take each shard's lock once.
@@ -76,11 +77,10 @@ import math
 import os
 import random
 import re
-import secrets
 import threading
 import time
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from asgiref.sync import sync_to_async
 from django.core.cache.backends.base import (  # type: ignore[import-untyped]
@@ -92,13 +92,24 @@ from django.core.exceptions import (  # type: ignore[import-untyped]
     ImproperlyConfigured,
     SynchronousOnlyOperation,
 )
-from django.middleware.cache import CacheMiddleware  # type: ignore[import-untyped]
-from django.utils.cache import get_cache_key  # type: ignore[import-untyped]
-from django.utils.decorators import (  # type: ignore[import-untyped]
-    decorator_from_middleware_with_args,
-)
 
-from nearcache.cache import DEFAULT_MAX_CONFLICTS, Cache, backoff_seconds, update_conflict
+from nearcache._incompatible import Terms, reworded
+from nearcache.cache import (
+    DEFAULT_MAX_CONFLICTS,
+    Cache,
+    backoff_seconds,
+    default_directory,
+    update_conflict,
+)
+from nearcache.contrib.django.locks import (
+    _COUNTER_PREFIX,
+    _FIRST_POLL,
+    _MAX_POLL,
+    DEFAULT_STAMPEDE_WAIT,
+    STAMPEDE_COUNTERS,
+    release,
+    stampede_wait,
+)
 from nearcache.errors import (
     IncompatibleFileError,
     NotACounterError,
@@ -106,17 +117,9 @@ from nearcache.errors import (
     ValueTooLargeError,
 )
 from nearcache.locks import Lock
-from nearcache.units import MAX_TTL_MS, parse_duration
+from nearcache.units import MAX_TTL_MS
 
-__all__ = [
-    "DEFAULT_STAMPEDE_WAIT",
-    "LONG_KEY",
-    "STAMPEDE_COUNTERS",
-    "NearCache",
-    "StampedeFreeCacheMiddleware",
-    "TieredNearCache",
-    "cache_page",
-]
+__all__ = ["DEFAULT_LOCATION", "LONG_KEY", "NearCache", "open_cache"]
 
 logger = logging.getLogger("nearcache.contrib.django")
 
@@ -140,25 +143,6 @@ CACHE_OPTIONS: Final = frozenset(
         "spill_budget",
     }
 )
-
-#: Default ``OPTIONS["stampede_wait"]``: the longest one computation holds
-#: the others back (seconds).
-DEFAULT_STAMPEDE_WAIT: Final = 5.0
-#: Names of the stampede counters :meth:`NearCache.stats` reports.
-STAMPEDE_COUNTERS: Final = (
-    "get_or_set_computes",
-    "get_or_set_waits",
-    "get_or_set_fallbacks",
-    "page_renders",
-    "page_waits",
-    "page_fallbacks",
-)
-# The counters live in the cache file, under this prefix (outside Django's
-# "<KEY_PREFIX>:<version>:<key>" key space only by convention, like locks).
-_COUNTER_PREFIX: Final = "nearcache.django.stats:"
-# Waiters poll the cache: 1 ms at first, growing to 50 ms (with jitter).
-_FIRST_POLL: Final = 0.001
-_MAX_POLL: Final = 0.05
 
 _MISSING: Final = object()
 # A Django timeout of 0 or less: the value expires at once.
@@ -219,9 +203,6 @@ def incompatible_in_settings(
     The engine's remedy speaks of ``Cache()`` arguments; a site changed its
     ``CACHES`` setting.  See :mod:`nearcache._incompatible`.
     """
-    from nearcache._incompatible import Terms, reworded
-    from nearcache.cache import default_directory
-
     if "/" in location or location.startswith("~"):
         path = os.path.expanduser(location)
     else:
@@ -269,7 +250,7 @@ class NearCache(BaseCache):  # type: ignore[misc]
         # BaseCache turned MAX_ENTRIES into an int (300 for None); None means
         # "no entry limit" here.
         self._max_entries: int | None = None if max_entries is None else self._max_entries
-        self._stampede_wait = _stampede_wait(options.pop("stampede_wait", DEFAULT_STAMPEDE_WAIT))
+        self._stampede_wait = stampede_wait(options.pop("stampede_wait", DEFAULT_STAMPEDE_WAIT))
         self._location = location
         self._cache: Any = self._open(location, options)
         # Keys are made by Django's own make_key/validate_key unless a subclass
@@ -582,7 +563,7 @@ class NearCache(BaseCache):  # type: ignore[misc]
                     self.count("get_or_set_computes")
                     return self._add_and_get(key, default(), timeout, version)
                 finally:
-                    _release(lock)
+                    release(lock)
             if time.monotonic() >= deadline:
                 self.count("get_or_set_fallbacks")
                 self.count("get_or_set_computes")
@@ -773,103 +754,6 @@ class NearCache(BaseCache):  # type: ignore[misc]
         self.close(**kwargs)
 
 
-#: ``OPTIONS`` of :class:`TieredNearCache` besides ``l1`` (see :class:`nearcache.TieredCache`).
-TIERED_OPTIONS: Final = frozenset(
-    {"l1_ttl", "invalidation", "channel", "on_get_error", "on_set_error"}
-)
-#: The L1 of :class:`TieredNearCache` when ``OPTIONS`` give none.
-DEFAULT_L1: Final = "nearcache://django-l1"
-
-# (L2 URL, L1, options) -> (the tiered cache, the L1 and options it was made with)
-_open_tiered: dict[tuple[Any, ...], tuple[Any, Any]] = {}
-
-
-def open_tiered(location: str, l1: Any, options: Mapping[str, Any]) -> Any:
-    """Return this process's :class:`~nearcache.tiered.TieredCache` for a configuration.
-
-    One object (with one invalidation subscription) is kept per L2 URL, L1
-    and options, shared by every Django alias and thread that names them.
-    """
-    from nearcache.config import from_dict
-
-    key = (location, _freeze(l1), _freeze(options))
-    with _open_lock:
-        entry = _open_tiered.get(key)
-        if entry is None or entry[0].closed:
-            tiered = from_dict({"l1": l1, "l2": location, **options})
-            entry = _open_tiered[key] = (tiered, (l1, dict(options)))
-        return entry[0]
-
-
-def incompatible_l1(exc: IncompatibleFileError, l1: Any) -> IncompatibleFileError:
-    """``exc`` raised opening the L1 of ``OPTIONS["l1"]``, in settings' terms."""
-    from nearcache._incompatible import Terms, reworded
-
-    terms = Terms(
-        asked=f'OPTIONS["l1"] = {l1!r}',
-        keep='remove "size" and "shards" from OPTIONS["l1"]',
-        recreate='"recreate": True in OPTIONS["l1"] (recreate=1 in a URL)',
-        needs_size="a size in it",
-    )
-    return reworded(exc, "", terms)
-
-
-class TieredNearCache(NearCache):
-    """Django cache backend: nearcache on each host (L1) in front of Redis or memcached (L2).
-
-    ``LOCATION`` is the L2 as a URL, with that driver's options in the query
-    string (``redis://cache-host:6379/0?prefix=mysite:&timeout=0.5``,
-    ``memcached://10.0.0.5:11211,10.0.0.6:11211``).  ``OPTIONS``:
-
-    ``l1``
-        The L1: a ``nearcache://`` URL (``nearcache://mysite?size=256MiB``)
-        or a dict (``{"name": "mysite", "size": "256MiB"}``); default
-        :data:`DEFAULT_L1`.
-    ``l1_ttl``, ``invalidation``, ``channel``, ``on_get_error``, ``on_set_error``
-        As for :class:`nearcache.tiered.TieredCache`: the longest an L1 copy
-        lives (default 60 s), the cross-host invalidation channel (Redis
-        pub/sub, automatic when L2 is Redis) and what to do when L2 fails
-        (default: log and carry on from L1).
-
-    Reads are served from L1 when it has the key, else from L2 (filling L1);
-    writes go to L2, then L1, then to the other hosts' L1s as invalidations.
-    ``incr``/``decr`` are atomic in L2, across hosts.  Like Django's Redis
-    and memcached backends, this one does not cull: ``MAX_ENTRIES`` and
-    ``CULL_FREQUENCY`` are ignored, L2 bounds its memory itself and L1 by
-    its size.
-    """
-
-    def __init__(self, location: str, params: dict[str, Any]) -> None:
-        """Read Django's cache settings and connect the two tiers."""
-        super().__init__(location, params)
-        self._max_entries = None
-
-    def _open(self, location: str, options: dict[str, Any]) -> Any:
-        options = dict(options)
-        l1 = options.pop("l1", DEFAULT_L1)
-        _check_options(type(self).__name__, options, TIERED_OPTIONS)
-        if "://" not in location:
-            raise ImproperlyConfigured(
-                f"{type(self).__name__} LOCATION must be the L2 URL "
-                f"(redis://host:6379/0, memcached://host:11211), not {location!r}"
-            )
-        try:
-            return open_tiered(location, l1, options)
-        except IncompatibleFileError as exc:
-            raise incompatible_l1(exc, l1) from exc
-        except (TypeError, ValueError) as exc:
-            raise ImproperlyConfigured(f"invalid tiered cache {location!r}: {exc}") from exc
-
-    def _get_with_ttl(self, key: str) -> tuple[Any, Any]:
-        value, left = self._cache.get_with_ttl(key, _MISSING)
-        return value, (0 if left is None else left)
-
-    def _lock_store(self) -> Cache | None:
-        """This host's L1: stampede locks and counters are per host."""
-        store = getattr(self._cache.l1, "cache", None)
-        return store if isinstance(store, Cache) else None
-
-
 #: Adds a ``get_or_set`` tries while the winner of each vanishes before it is read.
 _ADD_TRIES: Final = 3
 
@@ -908,235 +792,3 @@ def _original(exc: SerializationError) -> BaseException:
     its own backends raise it.
     """
     return exc.__cause__ if isinstance(exc.__cause__, Exception) else exc
-
-
-def _stampede_wait(value: Any) -> float:
-    """``OPTIONS["stampede_wait"]`` in seconds (a number, ``"5s"``, a timedelta; 0: off)."""
-    if value is None:
-        return 0.0
-    try:
-        seconds = parse_duration(value)
-    except (TypeError, ValueError) as exc:
-        raise ImproperlyConfigured(f"invalid stampede_wait {value!r}: {exc}") from exc
-    if seconds < 0 or math.isinf(seconds) or math.isnan(seconds):
-        raise ImproperlyConfigured(f"stampede_wait must be finite and >= 0, not {value!r}")
-    return seconds
-
-
-class _Releasable(Protocol):
-    name: str
-
-    def acquire(self, blocking: bool = True) -> bool: ...
-
-    def release(self) -> None: ...
-
-    def locked(self) -> bool: ...
-
-
-def _release(lock: _Releasable) -> None:
-    """Free a stampede lock; one that expired meanwhile is someone else's now."""
-    try:
-        lock.release()
-    except Exception as exc:
-        logger.debug("stampede lock %s not released: %s", lock.name, exc)
-
-
-# ------------------------------------------------------------------- cache_page
-
-
-class _BackendLock:
-    """A stampede lock held in any Django cache through its ``add`` (an atomic
-    create in Django's Redis, memcached and local-memory backends).
-
-    Release is check-then-delete, so a lock that expires between the two
-    steps may free the next holder's lock early: harmless here, where the
-    worst case is one more render.
-    """
-
-    def __init__(self, backend: Any, name: str, expire: float) -> None:
-        self.backend = backend
-        self.name = name
-        self.key = "nearcache.lock:django:" + name
-        self.expire = expire
-        self.token = ""
-
-    def acquire(self, blocking: bool = True) -> bool:
-        token = secrets.token_hex(16)
-        if self.backend.add(self.key, token, timeout=self.expire):
-            self.token = token
-            return True
-        return False
-
-    def release(self) -> None:
-        if self.token and self.backend.get(self.key) == self.token:
-            self.backend.delete(self.key)
-        self.token = ""
-
-    def locked(self) -> bool:
-        return bool(self.backend.has_key(self.key))
-
-
-def _page_lock(backend: Any, name: str, wait: float) -> _Releasable | None:
-    """The stampede lock of one page: nearcache's own, or one made of ``add``."""
-    if wait <= 0:
-        return None
-    if isinstance(backend, NearCache):
-        store = backend._lock_store()
-        if store is not None:
-            return Lock(store, "django:" + name, timeout=0, expire=wait)
-    return _BackendLock(backend, name, wait)
-
-
-def _in_event_loop() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
-
-
-class StampedeFreeCacheMiddleware(CacheMiddleware):  # type: ignore[misc]
-    """Django's ``CacheMiddleware`` that renders a missing page once across processes.
-
-    When a cacheable request misses, the first process to take the page's
-    lock renders it; the others poll the cache for the page until it
-    appears, or until they take the lock themselves (its holder produced an
-    uncacheable response, failed, or died and the lock expired after
-    ``wait`` seconds); after twice ``wait`` they render anyway.  The lock is
-    keyed by the page's cache key when Django knows it (its ``Vary`` headers
-    learnt) and by the URL before.  A URL whose response turns out not to be
-    cacheable is remembered for ``wait`` seconds, so its renders are not
-    serialized.  With a :class:`NearCache` the lock is the engine's and the
-    counters (``page_renders``, ``page_waits``, ``page_fallbacks``) are in
-    :meth:`NearCache.stats`; any other backend's atomic ``add`` serves as
-    the lock.  Inside an event loop (an async view) nothing waits: the
-    behaviour is Django's.
-    """
-
-    def __init__(self, get_response: Any = None, wait: float | None = None, **kwargs: Any) -> None:
-        super().__init__(get_response, **kwargs)
-        self.wait = wait
-
-    def _wait_seconds(self) -> float:
-        if self.wait is not None:
-            return float(self.wait)
-        cache = self.cache
-        return cache.stampede_wait if isinstance(cache, NearCache) else DEFAULT_STAMPEDE_WAIT
-
-    def _count(self, counter: str) -> None:
-        cache = self.cache
-        if isinstance(cache, NearCache):
-            cache.count(counter)
-
-    def _url_name(self, request: Any) -> str:
-        url = request.build_absolute_uri()
-        digest = hashlib.sha256(url.encode("utf-8", "surrogatepass")).hexdigest()
-        return f"page:{self.key_prefix}:url:{digest}"
-
-    def _lock(self, request: Any, url_name: str, url_lock: _Releasable, wait: float) -> Any:
-        """Take the lock to render under, or return None if someone holds it.
-
-        The URL's lock until Django knows the page's cache key (its Vary
-        headers), then the page variant's.  The URL's first render learns the
-        Vary headers before it stores the page, holding the URL's lock
-        throughout: a variant's lock taken in that window is given back.
-        """
-        key = get_cache_key(request, self.key_prefix, "GET", cache=self.cache)
-        if key is None:
-            return url_lock if url_lock.acquire(blocking=False) else None
-        lock = _page_lock(self.cache, f"page:{self.key_prefix}:{key}", wait)
-        if lock is None or not lock.acquire(blocking=False):
-            return None
-        if url_lock.locked():
-            _release(lock)
-            return None
-        return lock
-
-    def process_request(self, request: Any) -> Any:
-        """Serve the page from the cache, or wait for the process rendering it."""
-        response = super().process_request(request)
-        if response is not None or not getattr(request, "_cache_update_cache", False):
-            return response
-        wait = self._wait_seconds()
-        url_name = self._url_name(request)
-        url_lock = _page_lock(self.cache, url_name, wait)
-        if (
-            url_lock is None
-            or _in_event_loop()
-            or self.cache.get("nearcache.uncacheable:" + url_name) is not None
-        ):
-            self._count("page_renders")
-            return None
-        deadline = time.monotonic() + 2 * wait
-        pause = _FIRST_POLL
-        waited = False
-        while True:
-            # While the URL's first render runs (it holds the URL's lock until
-            # its page is stored), wait for it even if its Vary headers are
-            # known already; then render under the variant's own lock.
-            lock = None if url_lock.locked() else self._lock(request, url_name, url_lock, wait)
-            if lock is not None:
-                # Rendered by someone else meanwhile?
-                response = super().process_request(request)
-                if response is not None:
-                    _release(lock)
-                    if waited:
-                        self._count("page_waits")
-                    return response
-                request._nearcache_page_lock = (lock, url_name)
-                self._count("page_renders")
-                return None
-            if time.monotonic() >= deadline:
-                self._count("page_fallbacks")
-                self._count("page_renders")
-                return None
-            time.sleep(pause * (0.5 + random.random()))
-            pause = min(pause * 1.5, _MAX_POLL)
-            waited = True
-            response = super().process_request(request)
-            if response is not None:
-                self._count("page_waits")
-                return response
-
-    def process_response(self, request: Any, response: Any) -> Any:
-        """Store the page as Django does, then free its lock."""
-        held = getattr(request, "_nearcache_page_lock", None)
-        try:
-            return super().process_response(request, response)
-        finally:
-            if held is not None:
-                lock, url_name = held
-                del request._nearcache_page_lock
-                if get_cache_key(request, self.key_prefix, "GET", cache=self.cache) is None:
-                    # Not cacheable: let the next requests render without waiting.
-                    self.cache.set("nearcache.uncacheable:" + url_name, 1, self._wait_seconds())
-                _release(lock)
-
-    def process_exception(self, request: Any, exception: Exception) -> None:
-        """The view failed: free the page's lock (the next waiter renders)."""
-        held = getattr(request, "_nearcache_page_lock", None)
-        if held is not None:
-            del request._nearcache_page_lock
-            _release(held[0])
-
-
-def cache_page(
-    timeout: float | None,
-    *,
-    cache: str | None = None,
-    key_prefix: str | None = None,
-    wait: float | None = None,
-) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Django's ``cache_page`` decorator, rendering a missing page once across processes.
-
-    Same arguments as ``django.views.decorators.cache.cache_page``, plus
-    ``wait``: how long one render holds the others back (default: the
-    backend's ``stampede_wait``, 5 s for backends other than nearcache's;
-    0 turns waiting off).  See :class:`StampedeFreeCacheMiddleware`.
-    """
-    decorator: Callable[[Callable[..., Any]], Callable[..., Any]] = (
-        decorator_from_middleware_with_args(StampedeFreeCacheMiddleware)(
-            page_timeout=timeout, cache_alias=cache, key_prefix=key_prefix, wait=wait
-        )
-    )
-    return decorator
