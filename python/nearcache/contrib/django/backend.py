@@ -183,7 +183,9 @@ def open_cache(location: str, options: Mapping[str, Any]) -> Cache:
     per location and options, so every Django alias and thread naming the
     same file shares one mapping.
     """
-    key = (location, _freeze(options))
+    # Keyed by the file, not the name: a name means another file once
+    # $NEARCACHE_DIR changes.
+    key = (_location_path(location), _freeze(options))
     with _open_lock:
         entry = _open_caches.get(key)
         if entry is None or entry[0].closed:
@@ -195,6 +197,14 @@ def open_cache(location: str, options: Mapping[str, Any]) -> Cache:
         return entry[0]
 
 
+def _location_path(location: str) -> str:
+    """The file ``LOCATION`` names: a path (``/`` in it, or ``~``), else a
+    name in nearcache's default directory."""
+    if "/" in location or location.startswith("~"):
+        return os.path.expanduser(location)
+    return os.path.join(default_directory(), location or DEFAULT_LOCATION)
+
+
 def incompatible_in_settings(
     exc: IncompatibleFileError, location: str, options: Mapping[str, Any]
 ) -> IncompatibleFileError:
@@ -203,10 +213,7 @@ def incompatible_in_settings(
     The engine's remedy speaks of ``Cache()`` arguments; a site changed its
     ``CACHES`` setting.  See :mod:`nearcache._incompatible`.
     """
-    if "/" in location or location.startswith("~"):
-        path = os.path.expanduser(location)
-    else:
-        path = os.path.join(default_directory(), location or DEFAULT_LOCATION)
+    path = _location_path(location)
     given = [k for k in ("size", "shards") if options.get(k)]
     terms = Terms(
         asked=" and ".join(f'OPTIONS["{k}"] = {options[k]!r}' for k in given),
