@@ -2441,10 +2441,25 @@ impl Now {
     }
 }
 
-/// Unix time in milliseconds.
+/// This process's shift of the engine's clock (`set_clock_offset_ms`), in
+/// milliseconds; 0 outside tests.
+static CLOCK_OFFSET_MS: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+
+/// Unix time in milliseconds, as this process's engine sees it (shifted by
+/// `set_clock_offset_ms`, which only tests use).
 pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
+    let real = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+        .unwrap_or(0);
+    real.saturating_add_signed(CLOCK_OFFSET_MS.load(std::sync::atomic::Ordering::Relaxed))
+}
+
+/// A test hook: shift this process's engine clock by `offset_ms` (0 puts it
+/// back), so tests of expiry need not sleep. Only this process is affected:
+/// expiry times written meanwhile are on the shifted clock, and other
+/// processes read them with their own. Bindings expose it as a debug call
+/// (Perl's `Cache::Near::_set_time_override`, as Cache::FastMmap's).
+pub fn set_clock_offset_ms(offset_ms: i64) {
+    CLOCK_OFFSET_MS.store(offset_ms, std::sync::atomic::Ordering::Relaxed);
 }
