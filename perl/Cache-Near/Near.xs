@@ -1076,6 +1076,60 @@ near__get_many(self, keys)
     OUTPUT:
         RETVAL
 
+SV *
+near__raw_get_many(self, keys)
+        SV *self
+        SV *keys
+    CODE:
+    {
+        /* A hashref key => [flags, payload] of the hits among the keys in
+         * the arrayref: the stored forms, one engine call. */
+        near_t *n = near_from_sv(aTHX_ self);
+        AV *av;
+        SSize_t i, count;
+        NcBytes *kb;
+        near_many m;
+        HV *out;
+        NcStatus st;
+        if (!(SvROK(keys) && SvTYPE(SvRV(keys)) == SVt_PVAV))
+            croak("Cache::Near: expected an array reference of keys");
+        av = (AV *)SvRV(keys);
+        count = av_len(av) + 1;
+        Newxz(kb, count ? count : 1, NcBytes);
+        SAVEFREEPV(kb);
+        Newxz(m.slots, count ? count : 1, near_slot);
+        SAVEFREEPV(m.slots);
+        for (i = 0; i < count; i++) {
+            SV **k = av_fetch(av, i, 0);
+            STRLEN klen;
+            const char *p = near_key(aTHX_ k ? *k : &PL_sv_undef, &klen);
+            kb[i].ptr = (const uint8_t *)(p ? p : "\xFF");
+            kb[i].len = p ? klen : 1;
+        }
+        st = nc_get_many(n->h, kb, (size_t)count, near_alloc_at, &m);
+        out = newHV();
+        RETVAL = newRV_noinc((SV *)out);
+        for (i = 0; i < count; i++) {
+            if (!m.slots[i].sv)
+                continue;
+            if (st != NC_OK) {
+                SvREFCNT_dec(m.slots[i].sv);
+            } else {
+                SV **k = av_fetch(av, i, 0);
+                AV *pair = newAV();
+                av_push(pair, newSVuv((UV)m.slots[i].flags));
+                av_push(pair, m.slots[i].sv);
+                (void)hv_store_ent(out, *k, newRV_noinc((SV *)pair), 0);
+            }
+        }
+        if (st != NC_OK) {
+            SvREFCNT_dec(RETVAL);
+            near_croak_status(aTHX_ st);
+        }
+    }
+    OUTPUT:
+        RETVAL
+
 void
 near__set_many(self, pairs, expire)
         SV *self
@@ -1332,10 +1386,10 @@ near__debug_hold_shard_mid_write(self, key, hold_ms)
     }
 
 void
-near__debug_set_clock_offset_ms(offset_ms)
-        IV offset_ms
+near__debug_set_clock_ms(unix_ms)
+        UV unix_ms
     CODE:
-        nc_debug_set_clock_offset_ms((int64_t)offset_ms);
+        nc_debug_set_clock_ms((uint64_t)unix_ms);
 
 void
 near__encode_native(self, value)

@@ -52,5 +52,5 @@ pub use cache::{Cache, CheckReport, Value, FLAG_INT};
 pub use error::{Error, Result};
 pub use file::{default_directory, OpenOptions};
 pub use layout::{FLAG_SPILLED, LAYOUT_VERSION, MAX_KEY_LEN};
-pub use shard::{now_ms, set_clock_offset_ms, Entry0, EntryRef, SetMode, COMPACT_FREE_PERCENT};
+pub use shard::{now_ms, set_clock_override_ms, Entry0, EntryRef, SetMode, COMPACT_FREE_PERCENT};
 pub use stats::ShardStats;

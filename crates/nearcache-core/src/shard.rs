@@ -2441,25 +2441,28 @@ impl Now {
     }
 }
 
-/// This process's shift of the engine's clock (`set_clock_offset_ms`), in
-/// milliseconds; 0 outside tests.
-static CLOCK_OFFSET_MS: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+/// The time this process's engine clock is held at (`set_clock_override_ms`),
+/// in Unix milliseconds; 0 (outside tests) means the real clock.
+static CLOCK_OVERRIDE_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// Unix time in milliseconds, as this process's engine sees it (shifted by
-/// `set_clock_offset_ms`, which only tests use).
+/// Unix time in milliseconds, as this process's engine sees it (the real
+/// clock, unless a test held it with `set_clock_override_ms`).
 pub fn now_ms() -> u64 {
-    let real = std::time::SystemTime::now()
+    let held = CLOCK_OVERRIDE_MS.load(std::sync::atomic::Ordering::Relaxed);
+    if held != 0 {
+        return held;
+    }
+    std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
-        .unwrap_or(0);
-    real.saturating_add_signed(CLOCK_OFFSET_MS.load(std::sync::atomic::Ordering::Relaxed))
+        .unwrap_or(0)
 }
 
-/// A test hook: shift this process's engine clock by `offset_ms` (0 puts it
-/// back), so tests of expiry need not sleep. Only this process is affected:
-/// expiry times written meanwhile are on the shifted clock, and other
-/// processes read them with their own. Bindings expose it as a debug call
-/// (Perl's `Cache::Near::_set_time_override`, as Cache::FastMmap's).
-pub fn set_clock_offset_ms(offset_ms: i64) {
-    CLOCK_OFFSET_MS.store(offset_ms, std::sync::atomic::Ordering::Relaxed);
+/// A test hook: hold this process's engine clock at `unix_ms` (0 lets it
+/// run again), so tests of expiry need not sleep. Only this process is
+/// affected: expiry times written meanwhile are on the held clock, and
+/// other processes read them with their own. Bindings expose it as a debug
+/// call (Perl's `Cache::Near::_set_time_override`, as Cache::FastMmap's).
+pub fn set_clock_override_ms(unix_ms: u64) {
+    CLOCK_OVERRIDE_MS.store(unix_ms, std::sync::atomic::Ordering::Relaxed);
 }

@@ -997,13 +997,13 @@ pub unsafe extern "C" fn nc_debug_hold_shard_mid_write(
     })
 }
 
-/// Test hook: shift this process's engine clock by `offset_ms`
-/// milliseconds (0 puts it back), so that tests of expiry need not sleep
-/// (Cache::Near's `_set_time_override`, as Cache::FastMmap's). Other
+/// Test hook: hold this process's engine clock at `unix_ms` (Unix time in
+/// milliseconds; 0 lets it run again), so that tests of expiry need not
+/// sleep (Cache::Near's `_set_time_override`, as Cache::FastMmap's). Other
 /// processes keep their own clocks.
 #[no_mangle]
-pub extern "C" fn nc_debug_set_clock_offset_ms(offset_ms: i64) {
-    nearcache_core::set_clock_offset_ms(offset_ms);
+pub extern "C" fn nc_debug_set_clock_ms(unix_ms: u64) {
+    nearcache_core::set_clock_override_ms(unix_ms);
 }
 
 #[cfg(test)]

@@ -407,22 +407,23 @@ sub _json_codec {
 
 # ---------------------------------------------------------------- clock
 
-# This process's shift of the clock, in ms (_set_time_override).
-my $CLOCK_OFFSET_MS = 0;
+# The time this process's clock is held at, in ms (_set_time_override);
+# 0: the real clock.
+my $CLOCK_MS = 0;
 
 sub _now_ms {
+    return $CLOCK_MS if $CLOCK_MS;
     require Time::HiRes;
-    return int(Time::HiRes::time() * 1000) + $CLOCK_OFFSET_MS;
+    return int(Time::HiRes::time() * 1000);
 }
 
-# Cache::FastMmap's test hook: make this process's clock read $time (Unix
-# seconds) from now on, or the real time again without an argument.
-# Moves the engine's clock too, so expiry follows.
+# Cache::FastMmap's test hook: hold this process's clock at $time (Unix
+# seconds) from now on, or let it run again without an argument. Holds
+# the engine's clock too, so expiry follows.
 sub _set_time_override {
     my ($time) = @_;
-    require Time::HiRes;
-    $CLOCK_OFFSET_MS = $time ? int(($time - Time::HiRes::time()) * 1000) : 0;
-    _debug_set_clock_offset_ms($CLOCK_OFFSET_MS);
+    $CLOCK_MS = $time ? int($time * 1000) : 0;
+    _debug_set_clock_ms($CLOCK_MS);
     return;
 }
 
@@ -1046,20 +1047,17 @@ sub get_keys {
     $mode ||= 0;
     croak "Cache::Near: get_keys mode must be 0, 1 or 2, got '$mode'" unless $mode =~ /\A[012]\z/;
     my @rows = $self->_keys(1);
-    if ($mode == 0) {
-        my @plain = map { $_->[0] } grep { !($_->[2] & FASTMMAP_MASK) } @rows;
-        my @special = grep { $_->[2] & FASTMMAP_MASK } @rows;
-        return (@plain, map { $_->[0] } grep { ($self->_lookup($_->[0]))[0] } @special);
-    }
+    my @special = map { $_->[0] } grep { $_->[2] & FASTMMAP_MASK } @rows;
+    my $raw = @special || $mode == 2 ? $self->_raw_get_many($mode == 2 ? [ map { $_->[0] } @rows ] : \@special) : {};
     my @out;
     for my $row (@rows) {
         my ($key, $len, $flags, $exp) = @$row;
         my %item = (key => $key, value_len => $len, flags => $flags, expire_on => $exp / 1000, last_access => undef);
         if ($mode == 2 || $flags & FASTMMAP_MASK) {
-            my ($rf, $rp) = $self->_raw_get($key);
-            next unless defined $rf;
-            my ($f, $body, $meta) = _unwrap($rf, $rp);
+            my $stored = $raw->{$key} or next;
+            my ($f, $body, $meta) = _unwrap(@$stored);
             next if !defined $f || _dead($meta);
+            if ($mode == 0) { push @out, $key; next }
             $item{modseq} = $meta->{modseq};
             $item{expire_on} = ($meta->{expire_on_ms} || 0) / 1000 if $meta->{dirty};
             $item{value_len} = length $body;
@@ -1069,7 +1067,7 @@ sub get_keys {
                 $item{value} = $v[0];
             }
         }
-        push @out, \%item;
+        push @out, $mode == 0 ? $key : \%item;
     }
     return @out;
 }
