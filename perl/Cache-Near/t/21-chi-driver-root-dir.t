@@ -1,0 +1,19 @@
+# CHI's driver test suite against CHI::Driver::Near in its root_dir layout
+# (a file per namespace, as CHI::Driver::FastMmap). AUTHOR_TESTING=1 adds
+# CHI's multi-process and timing tests.
+use strict;
+use warnings;
+use FindBin;
+use lib "$FindBin::Bin/lib";
+use Test::More;
+
+BEGIN {
+    # CHI::Test first: it sets up Log::Any::Test, which must precede any other Log::Any use.
+    for my $m (qw(CHI::Test CHI CHI::t::Driver Test::Class Test::Deep Test::Exception Test::Warn)) {
+        next if eval "require $m; 1";
+        $ENV{NEARCACHE_REQUIRE_CHI} ? BAIL_OUT("$m is required: $@") : plan(skip_all => "$m is not installed");
+    }
+}
+
+use CHI::t::Driver::Near::RootDir;
+CHI::t::Driver::Near::RootDir->runtests;
