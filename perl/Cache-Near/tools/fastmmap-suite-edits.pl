@@ -5,8 +5,9 @@
 # - a test of FastMmap's internals, with no meaning for nearcache;
 # - a loop shortened to keep the run in seconds.
 # %SKIP: whole files, with the reason; %PATCH: file => [ [ qr/from/,
-# 'to', reason ] ] (the replacement is literal). An edit that matches
-# nothing fails the run: FastMmap's test changed, so look again.
+# 'to' or sub { ... } given the matched text, reason ] ]. They are
+# written for Cache::FastMmap 1.57 (Debian's) and 1.63; an edit that
+# matches nothing in a version is listed in the run's report.
 our (%SKIP, %PATCH);
 
 %SKIP = (
@@ -15,21 +16,23 @@ our (%SKIP, %PATCH);
         . 'write-back cache to hold its dirty entries, or call empty)',
 );
 
+# Turn "not stored" assertions into "stored" ones, one for one.
+sub _stored {
+    my ($block) = @_;
+    $block =~ s/ok\( !\$FC->set\(/ok( \$FC->set(/g;
+    $block =~ s/ok\( !defined \$FC->get\(/ok( defined \$FC->get(/g;
+    $block =~ s/ok\( !\$FC->exists\(/ok( \$FC->exists(/g;
+    $block =~ s/is\(\$DidStore, 0,/is(\$DidStore, 1,/g;
+    return $block;
+}
+
 my $PAGE = 'a key or value larger than a FastMmap page is stored (nearcache has no page limit)';
 
 %PATCH = (
     '1.t' => [
-        [ qr/(?s)ok\( !\$FC->set\(' ' x 65536, 'jkl'\),.*?is\(\$DidStore, 0, "get_and_set did not store"\);/,
-          q{ok( $FC->set(' ' x 65536, 'jkl'), "set(' ' x 65536, 'jkl') stores");
-is( $FC->get(' ' x 65536), 'jkl', "get(' ' x 65536)");
-ok( $FC->exists(' ' x 65536), "true exists(' ' x 65536)");
-my ($R, $DidStore) = $FC->get_and_set(' ' x 65536, sub { 'cdef' });
-is( $FC->get(' ' x 65536), 'cdef', "get(' ' x 65536) after get_and_set");
-is($DidStore, 1, "get_and_set did store");}, $PAGE ],
-        [ qr/(?s)ok\( !\$FC->set\('jkl', 'x' \. \('y' x 65536\) \. 'z'\), "set\('jkl', \.\.\.\)"\);.*?"false exists\('jkl'\)"\);/,
-          q{ok( $FC->set('jkl', 'x' . ('y' x 65536) . 'z'), "set('jkl', ...) stores");
-is( $FC->get('jkl'), 'x' . ('y' x 65536) . 'z', "get('jkl')");
-ok( $FC->exists('jkl'), "true exists('jkl')");}, $PAGE ],
+        # The assertions after each over-large set, turned: stored, read back.
+        [ qr/(?s)ok\( !\$FC->set\(' ' x 65536, 'jkl'\),.*?"get_and_set did not store"\);/, \&_stored, $PAGE ],
+        [ qr/(?s)ok\( !\$FC->set\('jkl', 'x' \. \('y' x 65536\) \. 'z'\).*?\n\n/, \&_stored, $PAGE ],
     ],
     '2.t' => [
         [ qr/last_access => num\(\$now, 1\), /, '', 'get_keys has no last_access time: the engine keeps none per entry (SIEVE keeps a visited bit)' ],
