@@ -703,8 +703,10 @@ sub _get_full {
     return undef unless $self->{read_cb};
     my $tombstoned = $meta && $meta->{tombstone};
     my @read = $self->_call_cb('read_cb', $key);
-    my ($v, $ropts) = @read;
-    # A read_cb may return (value, { expire_on | expire_time }).
+    # A read_cb may return (value, { expire_on | expire_time }); any other
+    # list counts by its last element, as FastMmap's scalar-context call.
+    my ($v, $ropts) = @read == 2 && ref $read[1] eq 'HASH' && keys %{ $read[1] }
+        && !grep({ $_ ne 'expire_on' && $_ ne 'expire_time' } keys %{ $read[1] }) ? @read : ($read[-1], undef);
     if ((defined $v || $self->{cache_not_found}) && !$tombstoned) {
         $self->_write($key, $v, (ref $ropts eq 'HASH' ? $ropts : undef), { clean => 1 });
     }
@@ -1142,7 +1144,7 @@ __END__
 
 =head1 NAME
 
-Cache::Near - shared-memory cache for many processes, on nearcache's engine
+Cache::Near - shared-memory cache for many processes, a drop-in for Cache::FastMmap
 
 =head1 SYNOPSIS
 
@@ -1153,13 +1155,22 @@ Cache::Near - shared-memory cache for many processes, on nearcache's engine
       cache_size  => '256m',
       expire_time => '10m',
   );
-  $cache->set($key, $value);           # any scalar or reference
-  my $value = $cache->get($key);       # undef on a miss
-  $cache->set($key, $value, 30);       # expires in 30 seconds
+  $cache->set($key, $value);             # any scalar or reference (Storable)
+  my $value = $cache->get($key);         # undef on a miss
+  $cache->set($key, $value, '30s');      # this entry: 30 seconds
+  $cache->set($key, $value, { expire_on => time + 60 });
   $cache->remove($key);
-  $cache->incr('hits');                # atomic 64-bit counter
-  $cache->add($key, $value);           # only if absent
-  my $hits = $cache->multi_get([qw(a b c)]);
+  $cache->exists($key);
+
+  # Atomic across processes:
+  $cache->get_and_set(hits => sub { my ($key, $old) = @_; ($old || 0) + 1 });
+  my ($old, $removed) = $cache->get_and_remove($key);
+  $cache->incr('counter');               # signed 64-bit, in place
+
+  # Code written for Cache::FastMmap runs unchanged:
+  my $fm = Cache::Near->new(page_size => '64k', num_pages => 89, serializer => '',
+      read_cb => sub { $db->get($_[1]) }, write_cb => sub { $db->put($_[1], $_[2]) },
+      write_action => 'write_back', empty_on_exit => 1);
 
 =head1 DESCRIPTION
 
@@ -1170,34 +1181,56 @@ A process killed while holding a lock (even C<kill -9> in the middle of a
 write) costs at most that one shard's entries; the next process to take
 the lock repairs it. Large values (over 128 KiB by default) are kept in
 files beside the cache file and read back transparently (see
-L</"LARGE VALUES">); a value that cannot be stored is refused with an
-error and the cache is left as it was.
+L</"LARGE VALUES">). Reads, writes and deletes of one key are one engine
+call each, taking one lock for a few hundred nanoseconds, with no system
+call.
 
-Its interface follows L<Cache::FastMmap> where that makes sense, so
-switching is mostly a search-and-replace, and the same file can be read
-and written by the Python package C<nearcache>: plain scalars are stored
-with the engine's native types (bytes, UTF-8 text, 64-bit integers,
-doubles, booleans, undef), which both languages map to their own.
+It implements every documented option and method of L<Cache::FastMmap>
+(1.63) with FastMmap's meaning, so switching is replacing the module name;
+L</"DIFFERENCES FROM Cache::FastMmap"> lists what nearcache's design makes
+impossible or harmful. Cache::FastMmap's own test suite runs against it
+(C<tools/fastmmap-suite.pl> in the distribution).
+
+The same file can be read and written by the Python package C<nearcache>:
+plain scalars are stored with the engine's native types (bytes, UTF-8
+text, 64-bit integers, doubles, booleans, undef), which both languages map
+to their own; see L</"SHARING WITH PYTHON">.
 
 See the distribution's README for installation and docs/perl.md of the
 nearcache source tree for the full guide.
 
 =head1 CONSTRUCTOR
 
-=head2 new(%options)
+=head2 new(%options), new(\%options)
+
+Opens (creating it if needed) the cache file. Unknown options croak.
 
 =over
 
 =item share_file
 
-The cache file. The default is a new file in C</dev/shm/nearcache-$UID/>,
-removed when the object that created it is destroyed.
+The cache file. The default is a new file in C</dev/shm/nearcache-$UID/>
+(a memory file system: FastMmap's documentation recommends one), removed
+when the object that created it is destroyed.
+
+=item init_file
+
+Empty the cache when opening it, and replace a file of another size.
 
 =item cache_size
 
-Total size: bytes, or with C<k>, C<m> or C<g> (default C<64m>). An
-existing file opened with a different size is an error unless
-C<recreate> is set.
+Total size: bytes, or with C<k>, C<m> or C<g> (default C<64m>, or the
+size of an existing file when no size option is given). Every process
+opening a file must pass the same size (another size croaks, unless
+C<init_file> or C<recreate> replaces the file).
+
+=item page_size, num_pages
+
+Cache::FastMmap's geometry: the file holds C<page_size> x C<num_pages>
+bytes (defaults 64k and 89, pages rounded to a power of two of at least
+4k), at least 20 KiB. The engine's shards are its own; only the total is
+kept, and a value larger than a page is stored (L</"LARGE VALUES">).
+With C<cache_size>, C<num_pages> and C<page_size> are informative.
 
 =item shards
 
@@ -1205,24 +1238,108 @@ Shard count, a power of two; 0 (default) chooses from the size.
 
 =item expire_time
 
-Default time to live: seconds, or a number with C<s>, C<m>, C<h>, C<d> or
-C<w>, or C<never> (default 0: never).
-
-=item raw_values
-
-Store plain scalars only; storing a reference croaks. Without it, values
-that are references go through the serializer.
+Default time to live: seconds, or a number with a unit (C<s>, C<m>, C<h>,
+C<d>, C<w>, or a word starting with one: C<'10m'>, C<'1 minute'>,
+C<'2 hours'>), C<'never'> or C<'now'>. Default 0: never.
 
 =item serializer
 
-C<sereal> (the default when Sereal is installed), C<storable> (the
-default otherwise) or C<json> (readable from Python with
-C<serializer="json">).
+How references (and, with a custom pair, every value) become bytes:
 
-=item compress, compress_threshold
+  ''                        none: a reference is stored as the string it stringifies to
+  'storable'                Storable (the default, as in Cache::FastMmap)
+  'sereal'                  Sereal
+  'json'                    JSON (readable from Python with serializer="json")
+  [ \&serialize, \&deserialize ]
+                            your own: serialize gets a reference to the value and
+                            returns bytes; deserialize gets the bytes and returns a
+                            reference to the value (FastMmap's convention)
 
-Compress values of at least C<compress_threshold> bytes (default 1024)
-with zlib.
+Plain scalars (strings, numbers, undef) are stored natively whatever the
+named serializer, so that they read back the same and the Python package
+reads them too; a custom pair is applied to every value, as FastMmap does.
+
+=item raw_values
+
+Deprecated in Cache::FastMmap; true is C<serializer =E<gt> ''>.
+
+=item compressor
+
+Compress values: C<'zlib'> (Compress::Zlib), C<'lz4'> (Compress::LZ4),
+C<'snappy'> (Compress::Snappy) or C<[ \&compress, \&uncompress ]>. Values
+shorter than C<compress_threshold> (default 1024 bytes), and values that
+do not shrink, are stored as they are.
+
+=item compress
+
+Deprecated in Cache::FastMmap; true is C<compressor =E<gt> 'zlib'>.
+
+=item compress_threshold
+
+See C<compressor>.
+
+=item enable_stats
+
+Accepted: the engine always counts reads and hits, see
+C<get_statistics>.
+
+=item tombstone_expire_time
+
+Default lifetime of the tombstones C<remove> leaves with a modseq
+(L</"TOMBSTONES AND MODSEQS">), in C<expire_time>'s format; 0 or unset:
+C<expire_time>. Giving it also makes every write of this object respect
+tombstones.
+
+=item context, read_cb, write_cb, delete_cb, cache_not_found
+
+As Cache::FastMmap: C<read_cb-E<gt>($context, $key)> is called on a miss,
+and what it returns is stored (also C<undef> with C<cache_not_found>); C<write_cb-E<gt>($context, $key, $value,
+$expire_on)> stores to the backing store (see C<write_action>);
+C<delete_cb-E<gt>($context, $key)> is called by C<remove> (not for a
+write-back entry never written back). C<$context> is the C<context>
+option, or the cache. C<read_cb> may also return C<($value, { expire_on
+=E<gt> $unix_seconds })> (or C<expire_time>) for the stored entry; any
+other list counts by its last element, as FastMmap's scalar-context call
+would. Exceptions in C<write_cb> and C<delete_cb> are
+ignored, as in Cache::FastMmap; C<read_cb>'s propagate.
+
+=item write_action
+
+C<'write_through'> (default): C<write_cb> is called on every C<set>.
+C<'write_back'>: C<set> marks the entry dirty and C<write_cb> is called
+when it leaves the cache through C<empty>, C<expire>, C<empty_on_exit> or
+C<get_and_remove>; see L</"WRITE-BACK">.
+
+=item allow_recursive
+
+Allow callbacks to call this cache. Without it a call from inside a
+callback croaks ("already locked"), as in Cache::FastMmap. No lock is
+held while a callback runs, so recursion is safe here; the check only
+keeps FastMmap's contract.
+
+=item empty_on_exit
+
+Call C<empty> (writing dirty entries back) when the object that opened
+the cache is destroyed, or at exit, in the process that opened it.
+
+=item unlink_on_exit
+
+Remove the file (and the directory of its spilled values) when the object
+is destroyed, in the process that opened it. Default: true if this object
+created the file, as in Cache::FastMmap.
+
+=item permissions
+
+Mode of a file this object creates (default 0640, as in
+Cache::FastMmap); the owner must be able to read and write. A mode that
+lets group or others write also accepts such files when opening (see
+C<allow_foreign_owner>).
+
+=item catch_deadlocks, start_slots
+
+Accepted for compatibility and ignored: there are no fcntl locks to catch
+(a lock held too long by a live process ends a wait after C<lock_timeout>),
+and the engine sizes its indexes itself.
 
 =item signing_key
 
@@ -1230,29 +1347,10 @@ Sign every value with HMAC-SHA256 (as the Python package's
 C<signing_key>, with which it interoperates) and treat unsigned or
 badly signed entries as misses.
 
-=item read_cb, write_cb, delete_cb, context, cache_not_found
-
-As Cache::FastMmap: C<read_cb-E<gt>($context, $key)> is called on a miss
-and what it returns is stored (also C<undef> with C<cache_not_found>);
-C<write_cb-E<gt>($context, $key, $value)> after each C<set> (write-through);
-C<delete_cb-E<gt>($context, $key)> after each C<remove>. C<$context> is
-the C<context> option, or the cache. Only C<write_action =E<gt> 'write_through'>
-is supported.
-
-=item init_file
-
-Empty the cache when opening it.
-
-=item unlink_on_exit
-
-Remove the file (and the directory of its spilled values) when the
-creating object is destroyed (default: only for the default temporary
-file).
-
 =item create, recreate, allow_foreign_owner
 
 Create the file if missing (default 1); replace a file made with other
-parameters; accept a file owned by another user.
+parameters; accept a file owned by another user or writable by others.
 
 =item lock_timeout
 
@@ -1277,36 +1375,68 @@ croaks.
 
 =head1 METHODS
 
+Keys are strings (text: C<"caf\x{e9}"> with and without Perl's UTF-8 flag
+is the same key); a reference key is its string form, C<''> is a key like
+any other, and a key longer than 64 KiB of UTF-8 is never stored (reads
+miss, writes return false). Expiry arguments are as C<expire_time>, or a
+hash reference C<{ expire_time =E<gt> ... }> or C<{ expire_on =E<gt>
+$unix_seconds }> (0: never).
+
 =over
 
-=item get($key)
+=item get($key [, \%options])
 
-The value, or C<undef> on a miss. Keys are strings (text: C<"caf\x{e9}">
-with and without Perl's UTF-8 flag is the same key).
+The value, or C<undef> on a miss (then C<read_cb> is asked, if given).
+Options: C<modseq =E<gt> \my $modseq> receives the modseq the value was
+stored with (undef if none).
 
-=item set($key, $value [, $expire])
+=item set($key, $value [, $expire | \%options])
 
-Store; C<$expire> as C<expire_time>. Returns 1. Croaks if the value is
-longer than C<max_value_size> (nothing is changed then).
+Store. Options: C<expire_time>, C<expire_on>, C<modseq> (a conditional
+store, see L</"TOMBSTONES AND MODSEQS">). Returns true if stored, false if
+refused (a tombstone or a newer modseq, a key too long). Croaks if the
+value is longer than C<max_value_size> (nothing is changed then).
 
 =item add($key, $value [, $expire]), replace($key, $value [, $expire])
 
 Store only if absent / only if present; return whether stored.
 
-=item remove($key)
+=item remove($key [, \%options])
 
-Returns whether the key was present.
+Remove; returns whether the key was present. Options: C<modseq> leaves a
+tombstone instead (with C<expire_time> or C<expire_on> for its lifetime,
+default C<tombstone_expire_time>).
+
+=item exists($key)
+
+Whether the key holds a value (a tombstone or an expired entry does not);
+neither C<read_cb> nor the deserializer is called.
+
+=item expire($key)
+
+Remove the key now; in write-back mode a dirty value is written back
+first. Returns whether it was there.
 
 =item get_and_set($key, $sub)
 
-Atomically replace the value with C<$sub-E<gt>($key, $old_value)>. If
-C<$sub> returns an empty list, nothing is stored. C<$sub> may return
-C<($value, { expire_time =E<gt> ... })>. It runs again if another process
-changed the value meanwhile, so it must not have side effects.
+Atomically replace the value with what C<$sub-E<gt>($key, $old_value,
+{ expire_on =E<gt> ... })> returns, optionally followed by set's options
+(C<expire_time>, C<expire_on>, C<modseq>). If C<$sub> returns an empty
+list, nothing is stored. In scalar context returns the new value; in list
+context C<($new_value, $stored)>.
+
+Atomic across processes: it reads the entry and its version, runs
+C<$sub> with no lock held, and stores with the engine's compare-and-swap
+only if the entry is still that version; otherwise C<$sub> runs again on
+the newer value (so it must not have side effects it cannot repeat).
+Readers always see the old value or the new one, never a miss. C<$sub>
+may call the cache (no deadlock is possible) and may die (nothing is
+changed).
 
 =item get_and_remove($key)
 
-Remove and return the value (atomic).
+Remove and return the value in one engine step (two processes never both
+get it). In list context C<($value, $removed)>.
 
 =item incr($key [, $delta [, $initial [, $expire]]]), decr(...)
 
@@ -1329,7 +1459,7 @@ undef if absent.
 A hashref of the hits. With a page key (Cache::FastMmap's form) the
 entries are C<"$page_key-$key">.
 
-=item multi_set(\%pairs [, $expire]), multi_set($page_key, \%pairs [, $expire])
+=item multi_set(\%pairs [, $expire]), multi_set($page_key, \%pairs [, $expire | \%options])
 
 Store many; an entry too large for the cache croaks before anything is
 stored.
@@ -1340,17 +1470,32 @@ Remove many; returns how many were present.
 
 =item get_keys([$mode])
 
-Mode 0: the keys. Mode 1: hashrefs with C<key>, C<expire_time> (Unix
-seconds, 0 never), C<flags>, C<value_len>. Mode 2: also C<value>.
+Mode 0: the keys. Mode 1: hashrefs with C<key>, C<expire_on> (Unix
+seconds, 0 never), C<last_access> (always undef: see
+L</"DIFFERENCES FROM Cache::FastMmap">), C<flags> (the stored flags
+word), C<value_len>, C<modseq>. Mode 2: also C<value>. Keys that are not
+text (bytes keys written from Python) are not listed.
 
-=item clear, empty
+=item clear
 
-Remove every entry.
+Remove every entry; no callback is called.
+
+=item empty([$only_expired])
+
+Write back every dirty entry (write-back mode) and remove every entry;
+with C<$only_expired>, only the expired ones.
 
 =item purge
 
-Does nothing: expired entries are never returned and their space is
-reclaimed automatically. Present for Cache::FastMmap compatibility.
+Remove expired entries without writing them back. The engine never
+returns expired entries and reclaims their space itself, so only
+write-back entries are left for purge to remove.
+
+=item get_statistics([$clear])
+
+C<($reads, $read_hits)>: reads of the file since it was created, from
+the engine's counters (all processes). With C<$clear>, later calls on
+this object count from now.
 
 =item count
 
@@ -1376,15 +1521,65 @@ C<spill_budget =E<gt> 0> what fits in one entry.
 The largest entry (key, value and a 20-byte header) kept in the shared
 file, and the length over which values go to files.
 
+=item capacity, shard_count
+
+The bytes the shards hold, and how many there are.
+
+=item max_key_length
+
+The longest key, in bytes of UTF-8 (65536). A class method too.
+
+=item default_directory
+
+The directory of default cache files (C</dev/shm/nearcache-$UID>). A
+class method too.
+
+=item share_file, expire_time, raw_values, serializer
+
+The options the object was opened with (C<expire_time> in seconds).
+C<$cache-E<gt>{share_file}> and the other options work too, as with
+Cache::FastMmap's objects.
+
 =item check
 
 Verify every shard (resetting corrupt ones); a hashref report.
 
-=item close
+=item close, is_closed
 
-Unmap the file; later calls croak.
+Unmap the file (later calls croak); whether it is closed.
 
 =back
+
+=head1 TOMBSTONES AND MODSEQS
+
+As in Cache::FastMmap 1.63: C<remove($key, { modseq =E<gt> $n })> leaves
+a tombstone recording the modseq of the invalidating change (a tombstone
+never lowers its modseq); C<set($key, $value, { modseq =E<gt> $m })> is
+refused if the key holds a tombstone or a value with a newer modseq, and
+a plain C<set> is refused by any tombstone; C<get> and C<exists> see a
+tombstone as a miss, C<get_keys> hides it, and a C<read_cb> value is
+returned but not cached over it. The check and the store are one
+compare-and-swap, so a stale write-back cannot slip between them.
+
+A plain set stays one engine call until an object has seen tombstones:
+objects opened with C<tombstone_expire_time>, and objects that wrote a
+modseq or a tombstone, check for them on every write. Every process that
+writes to a file with tombstones should therefore open it with
+C<tombstone_expire_time>.
+
+=head1 WRITE-BACK
+
+With C<write_action =E<gt> 'write_back'>, C<set> stores the value marked
+dirty, with its expiry time inside the entry; the backing store gets it
+(C<write_cb>) when it leaves the cache through C<empty> (all or expired),
+C<expire>, or C<empty_on_exit>, also after it expired, as in
+Cache::FastMmap. Values read through C<read_cb> are stored clean.
+
+One difference: an entry the engine B<evicts> to make room is not
+written back, since the engine evicts under its shard lock and Perl code
+never runs there. Size a write-back cache so that its dirty entries fit
+(C<stats-E<gt>{evictions}> shows whether any were evicted), call C<empty>
+regularly, or use write-through.
 
 =head1 LARGE VALUES
 
@@ -1408,6 +1603,78 @@ C<spill_budget =E<gt> 0> nothing is spilled and a value too large for a
 shard croaks. On tmpfs (the default directory) the files are memory,
 like the cache file.
 
+=head1 SHARING WITH PYTHON
+
+Plain scalars are stored with the engine's native types, which the Python
+package reads as its own: a Perl string with the UTF-8 flag is a Python
+str, other strings are bytes, integers are ints (and counters), doubles
+floats, undef None. JSON-serialized values (C<serializer =E<gt> 'json'>
+on both sides) and signed values (the same C<signing_key>) are read by
+both. Storable, Sereal and custom serializers, lz4/snappy/custom
+compression, and the write-back, tombstone and modseq marks (bits 16-18
+of the flags word) are Perl's own: Python reads such entries as misses.
+
+=head1 DIFFERENCES FROM Cache::FastMmap
+
+What nearcache's design makes impossible or harmful to copy:
+
+=over
+
+=item No page limit
+
+A key or value larger than a FastMmap page is stored (values over
+C<spill_threshold> in files beside the cache), where FastMmap's C<set>
+returns false. A value longer than C<max_value_size> (the spill budget,
+1 GiB by default) croaks instead of returning false. Keys longer than
+64 KiB are never stored (C<set> returns false).
+
+=item Write-back and eviction
+
+An evicted dirty entry is not written back (L</"WRITE-BACK">).
+
+=item get_and_set runs C<$sub> without a lock
+
+C<$sub> may run more than once when processes race (the value it
+returns last is the one stored); FastMmap runs it once, under the page
+lock. In exchange nothing can deadlock and other keys of the page are not
+blocked.
+
+=item No last access time
+
+C<get_keys> gives C<last_access> as undef: the engine's SIEVE eviction
+keeps a visited bit per entry, not a time.
+
+=item Expiry that is not a time croaks
+
+C<set($k, $v, 'garbage')>, C<''>, C<-1> or C<'s'> croak; FastMmap takes
+them as "expire now". C<'now'> and C<{ expire_on =E<gt> $past }> work as
+in FastMmap.
+
+=item Statistics
+
+C<enable_stats> is not needed: the engine always counts. C<get_statistics(1)>
+resets what this object reports, not the counters of the file.
+
+=item The file
+
+A different layout (FastMmap cannot read it, nor Cache::Near FastMmap's),
+in C</dev/shm/nearcache-$UID/> by default rather than C</tmp>, 64 MiB by
+default rather than 5.6 MiB, at least 20 KiB. A file that group or others
+can write is refused unless C<allow_foreign_owner> (or such
+C<permissions>) is given. An existing file opened with another size
+croaks rather than being silently re-initialised.
+
+=item Tombstones need the option in every writer
+
+See L</"TOMBSTONES AND MODSEQS">.
+
+=item Re-entry from callbacks
+
+Refused without C<allow_recursive>, as in FastMmap, although no lock is
+held.
+
+=back
+
 =head1 ERRORS
 
 Every error croaks with a message starting C<Cache::Near:>, and a failing
@@ -1416,5 +1683,9 @@ call leaves the cache unchanged.
 =head1 SEE ALSO
 
 L<CHI::Driver::Near>, L<Cache::FastMmap>.
+
+=head1 LICENSE
+
+MIT or Apache-2.0, at your option.
 
 =cut
