@@ -68,6 +68,9 @@ sub _build_near_cache {
         shards         => $self->shards,
         serializer     => '',
         unlink_on_exit => 0,
+        # A namespace's own file opened with another size is made anew, as
+        # Cache::FastMmap re-initialises it under the FastMmap driver.
+        (defined $self->root_dir ? (recreate => 1) : ()),
         %opt,
     );
 }
@@ -222,9 +225,12 @@ driver).
 
 =item cache_size, page_size, num_pages
 
-Size of each file: C<cache_size> (e.g. C<256m>), or C<page_size> x
-C<num_pages> as L<Cache::FastMmap> computes it (default C<64m>). Every
-process must use the same size for the same file.
+Size of each file: C<cache_size> (e.g. C<256m>, kept exactly), or C<page_size> x
+C<num_pages> as L<Cache::FastMmap> computes it (default C<64m>). With
+C<share_file> every process must use the same size (another size
+croaks); with C<root_dir> a namespace's file opened with another size is
+made anew (its entries lost), as Cache::FastMmap re-initialises it under
+the FastMmap driver.
 
 =item permissions, lock_timeout
 
