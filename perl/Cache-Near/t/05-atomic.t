@@ -4,7 +4,7 @@
 # it is swapped, and every value taken by get_and_remove is taken once.
 #
 # NEARCACHE_RACE_PROCS, NEARCACHE_RACE_INCREMENTS and NEARCACHE_RACE_RUNS
-# scale it (defaults 4 x 2,500, 3 runs, to stay fast); the figures in
+# scale it (defaults 4 x 2,000, 3 runs, to stay fast); the figures in
 # docs/perl.md come from
 #   NEARCACHE_RACE_INCREMENTS=10000 NEARCACHE_RACE_RUNS=20 prove -b t/05-atomic.t
 use strict;
@@ -17,7 +17,7 @@ use NearTest qw(fresh_file);
 use Cache::Near;
 
 my $procs = $ENV{NEARCACHE_RACE_PROCS} || 4;
-my $increments = $ENV{NEARCACHE_RACE_INCREMENTS} || 2500;
+my $increments = $ENV{NEARCACHE_RACE_INCREMENTS} || 2000;
 my $runs = $ENV{NEARCACHE_RACE_RUNS} || 3;
 
 ok(Cache::Near::HAVE_CAS(), 'built on the engine\'s compare-and-swap')
