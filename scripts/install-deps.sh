@@ -15,6 +15,9 @@ command -v wrk >/dev/null 2>&1 || need_apt+=(wrk)  # HTTP load generator of the 
 command -v redis-cli >/dev/null 2>&1 || need_apt+=(redis-tools)  # Redis Cluster tests
 # Perl binding (perl/Cache-Near): headers, CHI, the modules it is compared with, CHI's test modules.
 perl -MConfig -MCHI -MCache::FastMmap -MCache::Memcached::Fast -MCHI::Driver::Memcached::Fast -MTest::Class -MTest::Deep -MTest::Exception -MTest::Warn -MSereal -e 'exit(-f "$Config::Config{archlibexp}/CORE/perl.h" ? 0 : 1)' >/dev/null 2>&1 || need_apt+=(perl make libperl-dev libchi-perl libcache-fastmmap-perl libcache-memcached-fast-perl libchi-driver-memcached-perl libtest-class-perl libtest-deep-perl libtest-exception-perl libtest-warn-perl libsereal-perl)
+# Cache::Near's author tests, the compressors and serializers Cache::FastMmap's suite exercises, and
+# BerkeleyDB for seed 001's complex-data rows (perl/bench).
+perl -MTest::Pod -MTest::Pod::Coverage -MCompress::LZ4 -MCompress::Snappy -MJSON -MBerkeleyDB -e 1 >/dev/null 2>&1 || need_apt+=(libtest-pod-perl libtest-pod-coverage-perl libcompress-lz4-perl libcompress-snappy-perl libjson-perl libberkeleydb-perl)
 if [ ${#need_apt[@]} -gt 0 ]; then
     SUDO=""
     [ "$(id -u)" -eq 0 ] || SUDO="sudo"

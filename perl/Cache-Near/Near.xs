@@ -10,6 +10,11 @@
  * set and remove through the Perl methods _get_hooked, _set_hooked and
  * _remove_hooked.
  *
+ * The object is a blessed hash (its options, read by the Perl methods),
+ * with the engine handle attached as ext magic: `$cache->{share_file}`
+ * works as in Cache::FastMmap, and the handle is found with one magic
+ * lookup.
+ *
  * Rule of the boundary: nothing here croaks while a Rust frame is on the
  * stack. The only code the engine calls back (the allocators) just
  * allocates; errors are turned into croaks after the call returned.
@@ -36,7 +41,6 @@ typedef struct {
     int perl_encode;        /* every value goes through _encode (compression, signing) */
     int signed_only;        /* native (unsigned) entries are rejected: signing is on */
     pid_t owner_pid;        /* process that opened it */
-    SV *opts;               /* RV to the Perl-level options hash */
 } near_t;
 
 typedef near_t *Cache__Near;
@@ -53,13 +57,45 @@ near_croak_status(pTHX_ NcStatus st)
 #define CHECK(call) STMT_START { NcStatus st_ = (call); \
     if (st_ != NC_OK) near_croak_status(aTHX_ st_); } STMT_END
 
+/* The handle lives in ext magic on the object's hash; freeing the hash
+ * (DESTROY skipped at global destruction, or a failed new) frees it. */
+static int
+near_magic_free(pTHX_ SV *sv, MAGIC *mg)
+{
+    near_t *n = (near_t *)mg->mg_ptr;
+    PERL_UNUSED_ARG(sv);
+    if (n) {
+        if (n->h)
+            nc_free(n->h);
+        Safefree(n);
+        mg->mg_ptr = NULL;
+    }
+    return 0;
+}
+
+static MGVTBL near_vtbl = { 0, 0, 0, 0, near_magic_free, 0, 0, 0 };
+
+/* The handle of an object, or NULL (not ours, or freed). */
+static near_t *
+near_ptr(pTHX_ SV *sv)
+{
+    MAGIC *mg;
+    if (!(sv && SvROK(sv) && SvTYPE(SvRV(sv)) == SVt_PVHV))
+        return NULL;
+    mg = mg_findext(SvRV(sv), PERL_MAGIC_ext, &near_vtbl);
+    return mg ? (near_t *)mg->mg_ptr : NULL;
+}
+
 static near_t *
 near_from_sv(pTHX_ SV *sv)
 {
-    if (!(SvROK(sv) && SvOBJECT(SvRV(sv)) && SvIOK(SvRV(sv))))
-        croak("Cache::Near: method called on something that is not a Cache::Near object");
-    near_t *n = INT2PTR(near_t *, SvIVX(SvRV(sv)));
-    if (!n || !n->h)
+    near_t *n = near_ptr(aTHX_ sv);
+    if (!n) {
+        if (!(sv && SvROK(sv) && SvOBJECT(SvRV(sv))))
+            croak("Cache::Near: method called on something that is not a Cache::Near object");
+        croak("Cache::Near: the cache is closed");
+    }
+    if (!n->h)
         croak("Cache::Near: the cache is closed");
     return n;
 }
@@ -68,7 +104,13 @@ near_from_sv(pTHX_ SV *sv)
 
 /* The bytes of a key: its UTF-8 encoding (Perl strings are text; a
  * string without the UTF-8 flag is upgraded), so equal Perl strings are
- * always the same key, and the same key as the equal Python str. */
+ * always the same key, and the same key as the equal Python str. A
+ * reference is its string form ("ARRAY(0x...)"), as in Cache::FastMmap.
+ * The empty key, which the engine refuses, is stored as the single byte
+ * 0xFE: the escape byte of nearcache's key encoding followed by no bytes
+ * (the stored form of the empty bytes key), never produced by text.
+ * Returns NULL for a key longer than the engine takes (64 KiB): it can
+ * never be stored, so reads miss and writes store nothing. */
 static const char *
 near_key(pTHX_ SV *key, STRLEN *len)
 {
@@ -76,23 +118,28 @@ near_key(pTHX_ SV *key, STRLEN *len)
     SvGETMAGIC(key);
     if (!SvOK(key))
         croak("Cache::Near: the key is undefined");
-    if (SvROK(key) && !SvAMAGIC(key))
-        croak("Cache::Near: the key is a reference; keys are strings");
     p = SvPV_nomg(key, *len);
-    if (*len == 0)
-        croak("Cache::Near: the key is empty");
+    if (*len == 0) {
+        *len = 1;
+        return "\xFE";
+    }
     if (!SvUTF8(key) && !is_utf8_invariant_string((const U8 *)p, *len)) {
         SV *copy = sv_2mortal(newSVpvn(p, *len));
         sv_utf8_upgrade(copy);
         p = SvPV(copy, *len);
     }
+    if (*len > nc_max_key_len())
+        return NULL;
     return p;
 }
 
 static SV *
 near_key_sv(pTHX_ const uint8_t *k, size_t len)
 {
-    SV *sv = newSVpvn((const char *)k, len);
+    SV *sv;
+    if (len == 1 && k[0] == 0xFE)
+        return newSVpvs("");
+    sv = newSVpvn((const char *)k, len);
     if (!is_utf8_invariant_string(k, len))
         SvUTF8_on(sv);
     return sv;
@@ -338,24 +385,42 @@ near_ttl_ms(pTHX_ near_t *n, SV *self, SV *expire)
 
 /* ------------------------------------------------------------ operations */
 
+/* Fetch the stored form of a key: NULL on a miss, else an owned SV with
+ * the payload, *flags set. The allocator may have been called by a read
+ * that raced a writer and then missed: that buffer is freed here. */
+static SV *
+near_fetch(pTHX_ near_t *n, const char *k, STRLEN klen, uint32_t *flags)
+{
+    near_slot slot = { NULL, 0 };
+    bool found = false;
+    NcStatus st = nc_get(n->h, (const uint8_t *)k, klen, near_alloc, &slot, &found);
+    if (st != NC_OK || !found) {
+        if (slot.sv)
+            SvREFCNT_dec(slot.sv);
+        if (st != NC_OK)
+            near_croak_status(aTHX_ st);
+        return NULL;
+    }
+    *flags = slot.flags;
+    return slot.sv;
+}
+
 static SV *
 near_get(pTHX_ near_t *n, SV *self, SV *key)
 {
     STRLEN klen;
     const char *k = near_key(aTHX_ key, &klen);
-    near_slot slot = { NULL, 0 };
-    bool found = false;
-    NcStatus st = nc_get(n->h, (const uint8_t *)k, klen, near_alloc, &slot, &found);
-    if (st != NC_OK) {
-        if (slot.sv)
-            SvREFCNT_dec(slot.sv);
-        near_croak_status(aTHX_ st);
-    }
-    if (!found || !slot.sv)
+    uint32_t flags = 0;
+    SV *payload;
+    if (!k)
         return NULL;
-    return near_decode(aTHX_ self, key, slot.sv, slot.flags, n->signed_only);
+    payload = near_fetch(aTHX_ n, k, klen, &flags);
+    if (!payload)
+        return NULL;
+    return near_decode(aTHX_ self, key, payload, flags, n->signed_only);
 }
 
+/* Store; returns whether stored. A key too long to store stores nothing. */
 static int
 near_store(pTHX_ near_t *n, SV *self, SV *key, SV *value, SV *expire, uint32_t mode)
 {
@@ -364,6 +429,8 @@ near_store(pTHX_ near_t *n, SV *self, SV *key, SV *value, SV *expire, uint32_t m
     int64_t ttl = near_ttl_ms(aTHX_ n, self, expire);
     near_encoded e;
     bool stored = false;
+    if (!k)
+        return 0;
     near_encode(aTHX_ n, self, key, value, &e);
     CHECK(nc_store(n->h, (const uint8_t *)k, klen, (const uint8_t *)e.ptr, e.len, e.flags, ttl,
                    mode, &stored));
@@ -409,12 +476,21 @@ near_collect_key(void *ctx, const uint8_t *key, size_t key_len, size_t value_len
     av_push((AV *)ctx, newRV_noinc((SV *)row));
 }
 
+/* The allocator of exists: notes the flags, copies nothing. */
+static uint8_t *
+near_alloc_none(void *ctx, size_t len, uint32_t flags)
+{
+    PERL_UNUSED_ARG(len);
+    *(uint32_t *)ctx = flags;
+    return NULL;
+}
+
 MODULE = Cache::Near    PACKAGE = Cache::Near    PREFIX = near_
 
 PROTOTYPES: DISABLE
 
 SV *
-_open(class, path, size, shards, create, recreate, allow_foreign_owner, lock_timeout_ms, spill_threshold, spill_budget, no_spill, default_ttl_ms, hooked, perl_encode, signed_only, opts)
+_open(class, path, size, shards, create, recreate, allow_foreign_owner, lock_timeout_ms, spill_threshold, spill_budget, no_spill, default_ttl_ms, hooked, perl_encode, signed_only, self)
         const char *class
         const char *path
         UV size
@@ -430,12 +506,17 @@ _open(class, path, size, shards, create, recreate, allow_foreign_owner, lock_tim
         bool hooked
         bool perl_encode
         bool signed_only
-        SV *opts
+        SV *self
     CODE:
     {
+        /* self: a reference to the hash of options that becomes the object. */
         NcOpenOptions o;
         NcCache *h = NULL;
         near_t *n;
+        if (!(SvROK(self) && SvTYPE(SvRV(self)) == SVt_PVHV))
+            croak("Cache::Near: _open needs a hash reference");
+        if (near_ptr(aTHX_ self))
+            croak("Cache::Near: this object is already open");
         Zero(&o, 1, NcOpenOptions);
         if (default_ttl_ms < 0)
             croak("Cache::Near: expire_time must be >= 0");
@@ -458,40 +539,35 @@ _open(class, path, size, shards, create, recreate, allow_foreign_owner, lock_tim
         n->perl_encode = perl_encode;
         n->signed_only = signed_only;
         n->owner_pid = getpid();
-        n->opts = newSVsv(opts);
-        RETVAL = sv_setref_pv(newSV(0), class, (void *)n);
+        sv_magicext(SvRV(self), NULL, PERL_MAGIC_ext, &near_vtbl, (const char *)n, 0);
+        RETVAL = sv_bless(newRV_inc(SvRV(self)), gv_stashpv(class, GV_ADD));
     }
     OUTPUT:
         RETVAL
 
-SV *
-near__opts(self)
+void
+near__set_mode(self, hooked, perl_encode)
         SV *self
+        bool hooked
+        bool perl_encode
     CODE:
     {
-        /* Works on a closed cache too (DESTROY needs it); undef once freed. */
-        near_t *n = (SvROK(self) && SvIOK(SvRV(self))) ? INT2PTR(near_t *, SvIVX(SvRV(self))) : NULL;
-        RETVAL = n ? newSVsv(n->opts) : newSV(0);
+        /* Route get/set/remove through Perl (hooked), or encode every value in Perl. */
+        near_t *n = near_from_sv(aTHX_ self);
+        n->hooked = hooked;
+        n->perl_encode = perl_encode;
     }
-    OUTPUT:
-        RETVAL
 
 void
 near__free(self)
         SV *self
     CODE:
     {
-        near_t *n;
-        if (!(SvROK(self) && SvIOK(SvRV(self))))
-            XSRETURN_EMPTY;
-        n = INT2PTR(near_t *, SvIVX(SvRV(self)));
-        if (!n)
-            XSRETURN_EMPTY;
-        if (n->h)
+        near_t *n = near_ptr(aTHX_ self);
+        if (n && n->h) {
             nc_free(n->h);
-        SvREFCNT_dec(n->opts);
-        Safefree(n);
-        sv_setiv(SvRV(self), 0);
+            n->h = NULL;
+        }
     }
 
 void
@@ -499,10 +575,9 @@ near_close(self)
         SV *self
     CODE:
     {
-        near_t *n;
-        if (!(SvROK(self) && SvIOK(SvRV(self))))
+        near_t *n = near_ptr(aTHX_ self);
+        if (!n && !(SvROK(self) && SvOBJECT(SvRV(self))))
             croak("Cache::Near: close called on something that is not a Cache::Near object");
-        n = INT2PTR(near_t *, SvIVX(SvRV(self)));
         if (n && n->h) {
             nc_free(n->h);
             n->h = NULL;
@@ -514,7 +589,7 @@ near_is_closed(self)
         SV *self
     CODE:
     {
-        near_t *n = (SvROK(self) && SvIOK(SvRV(self))) ? INT2PTR(near_t *, SvIVX(SvRV(self))) : NULL;
+        near_t *n = near_ptr(aTHX_ self);
         RETVAL = !n || !n->h;
     }
     OUTPUT:
@@ -525,22 +600,23 @@ near__owner_pid(self)
         SV *self
     CODE:
     {
-        near_t *n = (SvROK(self) && SvIOK(SvRV(self))) ? INT2PTR(near_t *, SvIVX(SvRV(self))) : NULL;
+        near_t *n = near_ptr(aTHX_ self);
         RETVAL = n ? (IV)n->owner_pid : 0;
     }
     OUTPUT:
         RETVAL
 
 SV *
-near_get(self, key)
+near_get(self, key, opts = NULL)
         SV *self
         SV *key
+        SV *opts
     CODE:
     {
         near_t *n = near_from_sv(aTHX_ self);
-        if (n->hooked) {
-            SV *args[1] = { key };
-            RETVAL = near_call_hook(aTHX_ "_get_hooked", self, args, 1, G_SCALAR);
+        if (n->hooked || (opts && SvOK(opts))) {
+            SV *args[2] = { key, opts };
+            RETVAL = near_call_hook(aTHX_ "_get_full", self, args, 2, G_SCALAR);
         } else {
             RETVAL = near_get(aTHX_ n, self, key);
             if (!RETVAL)
@@ -572,12 +648,13 @@ near_set(self, key, value, expire = NULL)
     CODE:
     {
         near_t *n = near_from_sv(aTHX_ self);
-        if (n->hooked) {
+        /* Perl takes callbacks, write-back, tombstones, an options hash
+         * and expire times that are not plain integers ('10m', 'now'). */
+        if (n->hooked || (expire && SvOK(expire) && (SvROK(expire) || !SvIOK(expire) || SvPOK(expire)))) {
             SV *args[3] = { key, value, expire };
-            RETVAL = near_call_hook(aTHX_ "_set_hooked", self, args, 3, G_SCALAR);
+            RETVAL = near_call_hook(aTHX_ "_set_full", self, args, 3, G_SCALAR);
         } else {
-            near_store(aTHX_ n, self, key, value, expire, NC_SET);
-            RETVAL = newSViv(1);
+            RETVAL = newSViv(near_store(aTHX_ n, self, key, value, expire, NC_SET) ? 1 : 0);
         }
     }
     OUTPUT:
@@ -596,6 +673,33 @@ near__store_plain(self, key, value, expire, mode)
         RETVAL
 
 bool
+near__store_raw(self, key, flags, payload, ttl_ms, mode)
+        SV *self
+        SV *key
+        UV flags
+        SV *payload
+        IV ttl_ms
+        UV mode
+    CODE:
+    {
+        /* Store an already encoded (flags, payload); ttl_ms 0: never expires. */
+        near_t *n = near_from_sv(aTHX_ self);
+        STRLEN klen, plen;
+        const char *k = near_key(aTHX_ key, &klen);
+        const char *p = SvPV(payload, plen);
+        bool stored = false;
+        if (ttl_ms < 0)
+            croak("Cache::Near: ttl must be >= 0 ms");
+        if (!k)
+            XSRETURN_NO;
+        CHECK(nc_store(n->h, (const uint8_t *)k, klen, (const uint8_t *)p, plen, (uint32_t)flags,
+                       (int64_t)ttl_ms, (uint32_t)mode, &stored));
+        RETVAL = stored;
+    }
+    OUTPUT:
+        RETVAL
+
+bool
 near__remove_plain(self, key)
         SV *self
         SV *key
@@ -605,27 +709,30 @@ near__remove_plain(self, key)
         STRLEN klen;
         const char *k = near_key(aTHX_ key, &klen);
         bool deleted = false;
-        CHECK(nc_delete(n->h, (const uint8_t *)k, klen, &deleted));
+        if (k)
+            CHECK(nc_delete(n->h, (const uint8_t *)k, klen, &deleted));
         RETVAL = deleted;
     }
     OUTPUT:
         RETVAL
 
 SV *
-near_remove(self, key)
+near_remove(self, key, opts = NULL)
         SV *self
         SV *key
+        SV *opts
     CODE:
     {
         near_t *n = near_from_sv(aTHX_ self);
-        if (n->hooked) {
-            SV *args[1] = { key };
-            RETVAL = near_call_hook(aTHX_ "_remove_hooked", self, args, 1, G_SCALAR);
+        if (n->hooked || (opts && SvOK(opts))) {
+            SV *args[2] = { key, opts };
+            RETVAL = near_call_hook(aTHX_ "_remove_full", self, args, 2, G_SCALAR);
         } else {
             STRLEN klen;
             const char *k = near_key(aTHX_ key, &klen);
             bool deleted = false;
-            CHECK(nc_delete(n->h, (const uint8_t *)k, klen, &deleted));
+            if (k)
+                CHECK(nc_delete(n->h, (const uint8_t *)k, klen, &deleted));
             RETVAL = newSViv(deleted ? 1 : 0);
         }
     }
@@ -642,20 +749,33 @@ near__raw_get(self, key)
         near_t *n = near_from_sv(aTHX_ self);
         STRLEN klen;
         const char *k = near_key(aTHX_ key, &klen);
-        near_slot slot = { NULL, 0 };
-        bool found = false;
-        NcStatus st = nc_get(n->h, (const uint8_t *)k, klen, near_alloc, &slot, &found);
-        if (st != NC_OK) {
-            if (slot.sv)
-                SvREFCNT_dec(slot.sv);
-            near_croak_status(aTHX_ st);
-        }
-        if (found && slot.sv) {
+        uint32_t flags = 0;
+        SV *payload = k ? near_fetch(aTHX_ n, k, klen, &flags) : NULL;
+        if (payload) {
             EXTEND(SP, 2);
-            mPUSHu(slot.flags);
-            mPUSHs(slot.sv);
+            mPUSHu(flags);
+            mPUSHs(payload);
         }
     }
+
+SV *
+near__exists_flags(self, key)
+        SV *self
+        SV *key
+    CODE:
+    {
+        /* The flags of a present key (nothing copied), undef if absent. */
+        near_t *n = near_from_sv(aTHX_ self);
+        STRLEN klen;
+        const char *k = near_key(aTHX_ key, &klen);
+        uint32_t flags = 0;
+        bool found = false;
+        if (k)
+            CHECK(nc_get(n->h, (const uint8_t *)k, klen, near_alloc_none, &flags, &found));
+        RETVAL = found ? newSVuv((UV)flags) : newSV(0);
+    }
+    OUTPUT:
+        RETVAL
 
 bool
 near__delete_if_equals(self, key, payload)
@@ -669,37 +789,173 @@ near__delete_if_equals(self, key, payload)
         const char *k = near_key(aTHX_ key, &klen);
         const char *p = SvPV(payload, plen);
         bool deleted = false;
-        CHECK(nc_delete_if_equals(n->h, (const uint8_t *)k, klen, (const uint8_t *)p, plen, &deleted));
+        if (k)
+            CHECK(nc_delete_if_equals(n->h, (const uint8_t *)k, klen, (const uint8_t *)p, plen, &deleted));
         RETVAL = deleted;
     }
     OUTPUT:
         RETVAL
 
 void
-near__pop_plain(self, key)
+near__pop_raw(self, key)
         SV *self
         SV *key
     PPCODE:
     {
-        /* () on a miss, (value) on a hit. */
+        /* () on a miss, (flags, payload) of the entry it removed on a hit. */
         near_t *n = near_from_sv(aTHX_ self);
         STRLEN klen;
         const char *k = near_key(aTHX_ key, &klen);
         near_slot slot = { NULL, 0 };
         bool found = false;
-        SV *v;
-        NcStatus st = nc_pop(n->h, (const uint8_t *)k, klen, near_alloc, &slot, &found);
-        if (st != NC_OK) {
+        NcStatus st;
+        if (!k)
+            XSRETURN_EMPTY;
+        st = nc_pop(n->h, (const uint8_t *)k, klen, near_alloc, &slot, &found);
+        if (st != NC_OK || !found) {
             if (slot.sv)
                 SvREFCNT_dec(slot.sv);
-            near_croak_status(aTHX_ st);
+            if (st != NC_OK)
+                near_croak_status(aTHX_ st);
+            XSRETURN_EMPTY;
         }
-        if (found && slot.sv) {
-            v = near_decode(aTHX_ self, key, slot.sv, slot.flags, n->signed_only);
-            if (v)
-                mXPUSHs(v);
-        }
+        EXTEND(SP, 2);
+        mPUSHu(slot.flags);
+        mPUSHs(slot.sv);
     }
+
+void
+near__decode_stored(self, key, flags, payload)
+        SV *self
+        SV *key
+        UV flags
+        SV *payload
+    PPCODE:
+    {
+        /* (value) of a stored (flags, payload), () if it is to be a miss. */
+        near_t *n = near_from_sv(aTHX_ self);
+        STRLEN len;
+        const char *p = SvPV(payload, len);
+        SV *v = near_decode(aTHX_ self, key, newSVpvn(p, len), (uint32_t)flags, n->signed_only);
+        if (v)
+            mXPUSHs(v);
+    }
+
+void
+near__encode_value(self, key, value)
+        SV *self
+        SV *key
+        SV *value
+    PPCODE:
+    {
+        /* (flags, payload) as set would store the value. */
+        near_t *n = near_from_sv(aTHX_ self);
+        near_encoded e;
+        near_encode(aTHX_ n, self, key, value, &e);
+        EXTEND(SP, 2);
+        mPUSHu(e.flags);
+        mPUSHs(newSVpvn(e.ptr, e.len));
+    }
+
+IV
+near__ttl_ms(self, expire)
+        SV *self
+        SV *expire
+    CODE:
+        RETVAL = (IV)near_ttl_ms(aTHX_ near_from_sv(aTHX_ self), self, expire);
+    OUTPUT:
+        RETVAL
+
+bool
+near__have_cas(...)
+    CODE:
+#ifdef NEAR_HAVE_CAS
+        RETVAL = 1;
+#else
+        RETVAL = 0;
+#endif
+    OUTPUT:
+        RETVAL
+
+#ifdef NEAR_HAVE_CAS
+
+void
+near__get_versioned(self, key)
+        SV *self
+        SV *key
+    PPCODE:
+    {
+        /* () on a miss, (flags, payload, version) on a hit. */
+        near_t *n = near_from_sv(aTHX_ self);
+        STRLEN klen;
+        const char *k = near_key(aTHX_ key, &klen);
+        near_slot slot = { NULL, 0 };
+        bool found = false;
+        uint64_t version = 0;
+        NcStatus st;
+        if (!k)
+            XSRETURN_EMPTY;
+        st = nc_get_versioned(n->h, (const uint8_t *)k, klen, near_alloc, &slot, &found, &version);
+        if (st != NC_OK || !found) {
+            if (slot.sv)
+                SvREFCNT_dec(slot.sv);
+            if (st != NC_OK)
+                near_croak_status(aTHX_ st);
+            XSRETURN_EMPTY;
+        }
+        EXTEND(SP, 3);
+        mPUSHu(slot.flags);
+        mPUSHs(slot.sv);
+        mPUSHu((UV)version);
+    }
+
+void
+near__cas(self, key, flags, payload, ttl_ms, expected)
+        SV *self
+        SV *key
+        UV flags
+        SV *payload
+        IV ttl_ms
+        UV expected
+    PPCODE:
+    {
+        /* (stored, current_version): store only if the key's version is
+         * still `expected` (0: only if absent). */
+        near_t *n = near_from_sv(aTHX_ self);
+        STRLEN klen, plen;
+        const char *k = near_key(aTHX_ key, &klen);
+        const char *p = SvPV(payload, plen);
+        bool stored = false;
+        uint64_t current = 0;
+        if (ttl_ms < 0)
+            croak("Cache::Near: ttl must be >= 0 ms");
+        if (k)
+            CHECK(nc_cas(n->h, (const uint8_t *)k, klen, (const uint8_t *)p, plen, (uint32_t)flags,
+                         (int64_t)ttl_ms, (uint64_t)expected, &stored, &current));
+        EXTEND(SP, 2);
+        mPUSHi(stored ? 1 : 0);
+        mPUSHu((UV)current);
+    }
+
+bool
+near__delete_if_version(self, key, expected)
+        SV *self
+        SV *key
+        UV expected
+    CODE:
+    {
+        near_t *n = near_from_sv(aTHX_ self);
+        STRLEN klen;
+        const char *k = near_key(aTHX_ key, &klen);
+        bool deleted = false;
+        if (k)
+            CHECK(nc_delete_if_version(n->h, (const uint8_t *)k, klen, (uint64_t)expected, &deleted));
+        RETVAL = deleted;
+    }
+    OUTPUT:
+        RETVAL
+
+#endif
 
 bool
 near_touch(self, key, expire = NULL)
@@ -713,7 +969,8 @@ near_touch(self, key, expire = NULL)
         const char *k = near_key(aTHX_ key, &klen);
         int64_t ttl = near_ttl_ms(aTHX_ n, self, expire);
         bool found = false;
-        CHECK(nc_touch(n->h, (const uint8_t *)k, klen, ttl, &found));
+        if (k)
+            CHECK(nc_touch(n->h, (const uint8_t *)k, klen, ttl, &found));
         RETVAL = found;
     }
     OUTPUT:
@@ -732,7 +989,8 @@ near_expires_at(self, key)
         const char *k = near_key(aTHX_ key, &klen);
         bool found = false;
         uint64_t ms = 0;
-        CHECK(nc_expires_at(n->h, (const uint8_t *)k, klen, &found, &ms));
+        if (k)
+            CHECK(nc_expires_at(n->h, (const uint8_t *)k, klen, &found, &ms));
         RETVAL = found ? newSVnv((NV)ms / 1000.0) : newSV(0);
     }
     OUTPUT:
@@ -754,6 +1012,8 @@ near__incr(self, key, delta, initial, expire)
         int64_t out = 0;
         bool has_initial = SvOK(initial);
         IV init = has_initial ? SvIV(initial) : 0;
+        if (!k)
+            croak("Cache::Near: the key is longer than %lu bytes", (unsigned long)nc_max_key_len());
         CHECK(nc_incr(n->h, (const uint8_t *)k, klen, (int64_t)delta, has_initial, (int64_t)init,
                       ttl, &out));
         RETVAL = (IV)out;
@@ -786,8 +1046,12 @@ near__get_many(self, keys)
         for (i = 0; i < count; i++) {
             SV **k = av_fetch(av, i, 0);
             STRLEN klen;
-            kb[i].ptr = (const uint8_t *)near_key(aTHX_ k ? *k : &PL_sv_undef, &klen);
-            kb[i].len = klen;
+            const char *p = near_key(aTHX_ k ? *k : &PL_sv_undef, &klen);
+            /* A key too long to be stored misses: it is looked up as
+             * 0xFF alone, the integer-key marker with no digits, a stored
+             * form no binding ever writes. */
+            kb[i].ptr = (const uint8_t *)(p ? p : "\xFF");
+            kb[i].len = p ? klen : 1;
         }
         st = nc_get_many(n->h, kb, (size_t)count, near_alloc_at, &m);
         out = newHV();
@@ -812,6 +1076,60 @@ near__get_many(self, keys)
     OUTPUT:
         RETVAL
 
+SV *
+near__raw_get_many(self, keys)
+        SV *self
+        SV *keys
+    CODE:
+    {
+        /* A hashref key => [flags, payload] of the hits among the keys in
+         * the arrayref: the stored forms, one engine call. */
+        near_t *n = near_from_sv(aTHX_ self);
+        AV *av;
+        SSize_t i, count;
+        NcBytes *kb;
+        near_many m;
+        HV *out;
+        NcStatus st;
+        if (!(SvROK(keys) && SvTYPE(SvRV(keys)) == SVt_PVAV))
+            croak("Cache::Near: expected an array reference of keys");
+        av = (AV *)SvRV(keys);
+        count = av_len(av) + 1;
+        Newxz(kb, count ? count : 1, NcBytes);
+        SAVEFREEPV(kb);
+        Newxz(m.slots, count ? count : 1, near_slot);
+        SAVEFREEPV(m.slots);
+        for (i = 0; i < count; i++) {
+            SV **k = av_fetch(av, i, 0);
+            STRLEN klen;
+            const char *p = near_key(aTHX_ k ? *k : &PL_sv_undef, &klen);
+            kb[i].ptr = (const uint8_t *)(p ? p : "\xFF");
+            kb[i].len = p ? klen : 1;
+        }
+        st = nc_get_many(n->h, kb, (size_t)count, near_alloc_at, &m);
+        out = newHV();
+        RETVAL = newRV_noinc((SV *)out);
+        for (i = 0; i < count; i++) {
+            if (!m.slots[i].sv)
+                continue;
+            if (st != NC_OK) {
+                SvREFCNT_dec(m.slots[i].sv);
+            } else {
+                SV **k = av_fetch(av, i, 0);
+                AV *pair = newAV();
+                av_push(pair, newSVuv((UV)m.slots[i].flags));
+                av_push(pair, m.slots[i].sv);
+                (void)hv_store_ent(out, *k, newRV_noinc((SV *)pair), 0);
+            }
+        }
+        if (st != NC_OK) {
+            SvREFCNT_dec(RETVAL);
+            near_croak_status(aTHX_ st);
+        }
+    }
+    OUTPUT:
+        RETVAL
+
 void
 near__set_many(self, pairs, expire)
         SV *self
@@ -819,10 +1137,11 @@ near__set_many(self, pairs, expire)
         SV *expire
     CODE:
     {
-        /* pairs: arrayref [key, value, key, value, ...]; one expiry. */
+        /* pairs: arrayref [key, value, key, value, ...]; one expiry. Keys
+         * too long to be stored are left out. */
         near_t *n = near_from_sv(aTHX_ self);
         AV *av;
-        SSize_t i, count;
+        SSize_t i, count, used = 0;
         NcItem *items;
         int64_t ttl = near_ttl_ms(aTHX_ n, self, expire);
         if (!(SvROK(pairs) && SvTYPE(SvRV(pairs)) == SVt_PVAV))
@@ -836,19 +1155,23 @@ near__set_many(self, pairs, expire)
             SV **v = av_fetch(av, 2 * i + 1, 0);
             STRLEN klen;
             near_encoded e;
-            items[i].key.ptr = (const uint8_t *)near_key(aTHX_ k ? *k : &PL_sv_undef, &klen);
-            items[i].key.len = klen;
+            const char *p = near_key(aTHX_ k ? *k : &PL_sv_undef, &klen);
+            if (!p)
+                continue;
+            items[used].key.ptr = (const uint8_t *)p;
+            items[used].key.len = klen;
             near_encode(aTHX_ n, self, *k, v ? *v : &PL_sv_undef, &e);
             if (e.ptr == e.small) {
                 /* Native numbers live in `e`, which is reused: copy to a mortal. */
                 SV *copy = sv_2mortal(newSVpvn(e.small, e.len));
                 e.ptr = SvPVX(copy);
             }
-            items[i].value.ptr = (const uint8_t *)e.ptr;
-            items[i].value.len = e.len;
-            items[i].flags = e.flags;
+            items[used].value.ptr = (const uint8_t *)e.ptr;
+            items[used].value.len = e.len;
+            items[used].flags = e.flags;
+            used++;
         }
-        CHECK(nc_set_many(n->h, items, (size_t)count, ttl));
+        CHECK(nc_set_many(n->h, items, (size_t)used, ttl));
     }
 
 IV
@@ -859,7 +1182,7 @@ near__delete_many(self, keys)
     {
         near_t *n = near_from_sv(aTHX_ self);
         AV *av;
-        SSize_t i, count;
+        SSize_t i, count, used = 0;
         NcBytes *kb;
         size_t deleted = 0;
         if (!(SvROK(keys) && SvTYPE(SvRV(keys)) == SVt_PVAV))
@@ -871,10 +1194,14 @@ near__delete_many(self, keys)
         for (i = 0; i < count; i++) {
             SV **k = av_fetch(av, i, 0);
             STRLEN klen;
-            kb[i].ptr = (const uint8_t *)near_key(aTHX_ k ? *k : &PL_sv_undef, &klen);
-            kb[i].len = klen;
+            const char *p = near_key(aTHX_ k ? *k : &PL_sv_undef, &klen);
+            if (!p)
+                continue;
+            kb[used].ptr = (const uint8_t *)p;
+            kb[used].len = klen;
+            used++;
         }
-        CHECK(nc_delete_many(n->h, kb, (size_t)count, &deleted));
+        CHECK(nc_delete_many(n->h, kb, (size_t)used, &deleted));
         RETVAL = (IV)deleted;
     }
     OUTPUT:
@@ -920,8 +1247,9 @@ near__keys(self, with_meta)
             const char *k = SvPV(key, klen);
             SV *ks;
             /* Keys that are not UTF-8 (bytes keys written by Python) cannot
-             * be named by a Perl string: not listed. */
-            if (!is_utf8_string((const U8 *)k, klen))
+             * be named by a Perl string: not listed. The empty key's
+             * stored form (0xFE) is listed as "". */
+            if (!(klen == 1 && (U8)k[0] == 0xFE) && !is_utf8_string((const U8 *)k, klen))
                 continue;
             ks = near_key_sv(aTHX_ (const uint8_t *)k, klen);
             if (with_meta) {
@@ -1052,8 +1380,16 @@ near__debug_hold_shard_mid_write(self, key, hold_ms)
         near_t *n = near_from_sv(aTHX_ self);
         STRLEN klen;
         const char *k = near_key(aTHX_ key, &klen);
+        if (!k)
+            croak("Cache::Near: the key is too long");
         CHECK(nc_debug_hold_shard_mid_write(n->h, (const uint8_t *)k, klen, (uint64_t)hold_ms));
     }
+
+void
+near__debug_set_clock_ms(unix_ms)
+        UV unix_ms
+    CODE:
+        nc_debug_set_clock_ms((uint64_t)unix_ms);
 
 void
 near__encode_native(self, value)

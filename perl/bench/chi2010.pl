@@ -2,7 +2,9 @@
 # Seed 000 ("Perl cache modules performance", January 2010) re-run in Perl,
 # with Cache::Near and CHI::Driver::Near beside the modules of the study,
 # plus seed 001's Set/Get/Mix shape ("Comparison of different PERL caching
-# modules", 2004) for the same modules.
+# modules", 2004) for the same modules, and seed 001's complex-data rows
+# (Storable-frozen hashes of 5/16/55 keys) against Cache::FastMmap and
+# BerkeleyDB.
 #
 #   perl -Iperl/Cache-Near/blib/lib -Iperl/Cache-Near/blib/arch perl/bench/chi2010.pl \
 #       [--seconds 1 | --count N] [--only 'C:Near,C:FMmap'] [--cases '1:10 medium,...'] [--no-seed001] \
@@ -32,7 +34,7 @@ $opt{repeats} ||= 5;    # seed 001: each figure is the median of this many fresh
 
 my %have;
 for my $m (qw(Cache::Near CHI CHI::Driver::Near Cache::FastMmap Cache::Memcached::Fast
-    CHI::Driver::Memcached::Fast Storable)) {
+    CHI::Driver::Memcached::Fast Storable BerkeleyDB)) {
     $have{$m} = eval "require $m; 1" ? 1 : 0;
 }
 die "Cache::Near is not built: run make in perl/Cache-Near first\n" unless $have{'Cache::Near'};
@@ -276,7 +278,7 @@ if ($opt{seed001}) {
 # One fresh cache through the three phases: (set/s, get/s, mix/s, GHitR, MHitR).
 sub seed001_once {
     my ($name, $n, $k, $absent, $v) = @_;
-    my $c = seed001_cache($name, $n * 832);
+    my $c = ref $name ? $name : seed001_cache($name, $n * 832);
     my $t0 = time;
     $c->set($k->[$_], $v->[$_]) for 0 .. $n - 1;
     my $set_s = $n / (time - $t0);
@@ -346,6 +348,100 @@ sub seed001_cache {
     return $make{$name}->();
 }
 
+# ---------------------------------------------------------------- seed 001, complex data
+
+# Seed 001's "complex" rows: hash refs of 5, 16 and 55 keys, frozen with
+# Storable by every module (Cache::Near and Cache::FastMmap with
+# serializer 'storable'; BerkeleyDB and the in-process baseline with
+# Storable's nfreeze/thaw around a Berkeley DB hash and a Perl hash).
+# Caches are the study's FastMmap geometry, 89 pages of 8 KiB (712 KiB),
+# so the 55-key hashes do not all fit, as in the study. IPC::MM is not
+# packaged by Debian: not run.
+my @seed001c;
+my %desc001c = (
+    'Storable' => 'Storable freeze/thaw into an in-process hash (the study\'s baseline)',
+    'C:Near:S' => 'Cache::Near, serializer storable, page_size 8192 x num_pages 89',
+    'C:FMmap:S' => 'Cache::FastMmap, serializer storable, page_size 8192 x num_pages 89',
+    'BerkeleyDB' => 'BerkeleyDB::Hash with Storable nfreeze/thaw, in a private environment',
+);
+my %skipped001c;
+if ($opt{seed001}) {
+    my $n = 1500;
+    my @k = map { uuid() } 1 .. $n;
+    my @absent = map { uuid() } 1 .. $n / 2;
+    my $have_bdb = eval { require BerkeleyDB; 1 };
+    $skipped001c{BerkeleyDB} = 'BerkeleyDB is not installed' unless $have_bdb;
+    $skipped001c{'C:FMmap:S'} = 'Cache::FastMmap is not installed' unless $have{'Cache::FastMmap'};
+    $skipped001c{'IPC::MM'} = 'not packaged by Debian';
+    my @run = grep { !$skipped001c{$_} && (!$opt{only} || $opt{only} =~ /(?:^|,)\Q$_\E(?:,|$)/) }
+        ('Storable', 'C:Near:S', 'C:FMmap:S', 'BerkeleyDB');
+    print "\n# Seed 001 complex data: Set/Get/Mix per second, hit rates (N = $n keys, Storable)\n";
+    for my $name (@run) {
+        my @rows;
+        for my $nkeys (5, 16, 55) {
+            my @v = map { my $i = $_; +{ map { ("key$_" => random_text(8 + int rand 9)) } 1 .. $nkeys } } 1 .. $n;
+            my @reps = map { seed001_once(seed001c_cache($name), $n, \@k, \@absent, \@v) } 1 .. $opt{repeats};
+            push @rows, [$nkeys, map { my $i = $_; median(map { $_->[$i] } @reps) } 0 .. 4];
+        }
+        my $text = "Package: $name ($desc001c{$name})\nData type: complex\n"
+            . " Cmplx |   Set/S |   Get/S |   Mix/S | GHitR | MHitR\n"
+            . "-------|---------|---------|---------|-------|------\n"
+            . join('', map { sprintf "%6d | %7.0f | %7.0f | %7.0f | %.3f | %.3f\n", @$_ } @rows);
+        print "\n$text";
+        push @seed001c, [$name, $text, \@rows];
+    }
+}
+
+sub random_text { join '', map { chr(97 + int rand 26) } 1 .. $_[0] }
+
+# A fresh store of seed 001's complex runs, as an object with get and set.
+sub seed001c_cache {
+    my ($name) = @_;
+    if ($name eq 'Storable') {
+        require Storable;
+        return Seed001::Frozen->new;
+    }
+    if ($name eq 'C:Near:S') {
+        my $f = "$shm/bench-001c-$$";
+        push @cleanup_files, $f;
+        return Cache::Near->new(share_file => $f, page_size => 8192, num_pages => 89, serializer => 'storable',
+            init_file => 1, unlink_on_exit => 0);
+    }
+    if ($name eq 'C:FMmap:S') {
+        unlink "$dir/fm-001c";
+        return Cache::FastMmap->new(share_file => "$dir/fm-001c", page_size => 8192, num_pages => 89,
+            serializer => 'storable', init_file => 1);
+    }
+    if ($name eq 'BerkeleyDB') {
+        my $env_dir = tempdir(DIR => $dir);
+        return Seed001::BDB->new($env_dir);
+    }
+    die "unknown seed 001 module $name";
+}
+
+package Seed001::Frozen;
+sub new { return bless {}, shift }
+sub set { $_[0]{ $_[1] } = Storable::nfreeze(\$_[2]); 1 }
+sub get { my $f = $_[0]{ $_[1] }; return defined $f ? ${ Storable::thaw($f) } : undef }
+
+package Seed001::BDB;
+sub new {
+    my ($class, $dir) = @_;
+    require Storable;
+    my $env = BerkeleyDB::Env->new(-Home => $dir, -Flags => BerkeleyDB::DB_CREATE() | BerkeleyDB::DB_INIT_MPOOL())
+        or die "BerkeleyDB env: $BerkeleyDB::Error";
+    my $db = BerkeleyDB::Hash->new(-Filename => "$dir/seed001.db", -Env => $env, -Flags => BerkeleyDB::DB_CREATE())
+        or die "BerkeleyDB: $BerkeleyDB::Error";
+    return bless { env => $env, db => $db }, $class;
+}
+sub set { $_[0]{db}->db_put($_[1], Storable::nfreeze(\$_[2])); 1 }
+sub get {
+    my $v;
+    return $_[0]{db}->db_get($_[1], $v) == 0 ? ${ Storable::thaw($v) } : undef;
+}
+
+package main;
+
 # ---------------------------------------------------------------- outputs
 
 if ($opt{json}) {
@@ -354,6 +450,7 @@ if ($opt{json}) {
     print $fh JSON::PP->new->canonical->pretty->encode({
         machine => \%machine, seed000 => \%result, goals => \@goals, skipped => \%skipped,
         seed001 => { map { ($_->[0] => $_->[2]) } @seed001 },
+        seed001_complex => { map { ($_->[0] => $_->[2]) } @seed001c }, seed001_complex_skipped => \%skipped001c,
     });
 }
 if ($opt{markdown}) {
@@ -383,6 +480,13 @@ if ($opt{markdown}) {
             . "caches of 832 bytes per key; gets are 85% stored / 15% never-stored keys, "
             . "the mix 15% sets / 85% gets.\n\n";
         print $fh "```\n$_->[1]```\n\n" for @seed001;
+    }
+    if (@seed001c) {
+        print $fh "## Seed 001 complex data: Set/Get/Mix per second and hit rates\n\n";
+        print $fh "As above, with values that are hash refs of 5/16/55 keys (8-16 letter values) "
+            . "frozen with Storable; caches of 89 pages of 8 KiB (712 KiB), the study's FastMmap geometry. "
+            . "Not run: " . join('; ', map {"$_ ($skipped001c{$_})"} sort keys %skipped001c) . ".\n\n";
+        print $fh "```\n$_->[1]```\n\n" for @seed001c;
     }
 }
 
@@ -417,7 +521,7 @@ sub machine {
     chomp $m{cores};
     $m{os} = join ' ', (POSIX::uname())[0, 2];
     my @v = ("perl $^V");
-    for my $mod (qw(Cache::Near CHI Cache::FastMmap Cache::Memcached::Fast CHI::Driver::Memcached Storable)) {
+    for my $mod (qw(Cache::Near CHI Cache::FastMmap Cache::Memcached::Fast CHI::Driver::Memcached Storable BerkeleyDB)) {
         no strict 'refs';
         my $ver = ${"${mod}::VERSION"};
         push @v, "$mod $ver" if defined $ver;

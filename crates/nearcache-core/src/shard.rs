@@ -2616,10 +2616,28 @@ impl Now {
     }
 }
 
-/// Unix time in milliseconds.
+/// The time this process's engine clock is held at (`set_clock_override_ms`),
+/// in Unix milliseconds; 0 (outside tests) means the real clock.
+static CLOCK_OVERRIDE_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Unix time in milliseconds, as this process's engine sees it (the real
+/// clock, unless a test held it with `set_clock_override_ms`).
 pub fn now_ms() -> u64 {
+    let held = CLOCK_OVERRIDE_MS.load(std::sync::atomic::Ordering::Relaxed);
+    if held != 0 {
+        return held;
+    }
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
+}
+
+/// A test hook: hold this process's engine clock at `unix_ms` (0 lets it
+/// run again), so tests of expiry need not sleep. Only this process is
+/// affected: expiry times written meanwhile are on the held clock, and
+/// other processes read them with their own. Bindings expose it as a debug
+/// call (Perl's `Cache::Near::_set_time_override`, as Cache::FastMmap's).
+pub fn set_clock_override_ms(unix_ms: u64) {
+    CLOCK_OVERRIDE_MS.store(unix_ms, std::sync::atomic::Ordering::Relaxed);
 }

@@ -471,6 +471,12 @@ enum NcStatus nc_debug_hold_shard_mid_write(const struct NcCache *c,
                                             size_t key_len,
                                             uint64_t hold_ms);
 
+// Test hook: hold this process's engine clock at `unix_ms` (Unix time in
+// milliseconds; 0 lets it run again), so that tests of expiry need not
+// sleep (Cache::Near's `_set_time_override`, as Cache::FastMmap's). Other
+// processes keep their own clocks.
+void nc_debug_set_clock_ms(uint64_t unix_ms);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus

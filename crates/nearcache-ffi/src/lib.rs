@@ -1098,6 +1098,15 @@ pub unsafe extern "C" fn nc_debug_hold_shard_mid_write(
     })
 }
 
+/// Test hook: hold this process's engine clock at `unix_ms` (Unix time in
+/// milliseconds; 0 lets it run again), so that tests of expiry need not
+/// sleep (Cache::Near's `_set_time_override`, as Cache::FastMmap's). Other
+/// processes keep their own clocks.
+#[no_mangle]
+pub extern "C" fn nc_debug_set_clock_ms(unix_ms: u64) {
+    nearcache_core::set_clock_override_ms(unix_ms);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

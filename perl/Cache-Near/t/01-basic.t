@@ -35,10 +35,10 @@ subtest 'references go through the serializer' => sub {
     my $v = { list => [1, 2, 3], text => "\x{263a}", nested => { a => undef } };
     $c->set(ref => $v);
     is_deeply($c->get('ref'), $v, 'hash of lists round-trips');
-    my $raw = fresh_cache(raw_values => 1);
-    eval { $raw->set(ref => [1]) };
-    like($@, qr/cannot store a reference with raw_values/, 'raw_values refuses references');
-    ok(!defined $raw->get('ref'), '... and stores nothing');
+    my $raw = fresh_cache(serializer => '');
+    my $list = [1];
+    ok($raw->set(ref => $list), "serializer '' stores a reference ...");
+    is($raw->get('ref'), "$list", '... as the string it stringifies to (as Cache::FastMmap)');
 };
 
 subtest 'keys are text: with or without the UTF-8 flag' => sub {
@@ -133,8 +133,9 @@ subtest 'get_keys modes, count, clear, stats, check' => sub {
     is_deeply([sort $k->get_keys], [qw(one two)], 'mode 0: keys');
     my %m1 = map { $_->{key} => $_ } $k->get_keys(1);
     is($m1{one}{value_len}, 2, 'mode 1: value length');
-    is($m1{one}{expire_time}, 0, 'mode 1: never expires');
-    cmp_ok($m1{two}{expire_time}, '>', time, 'mode 1: expiry time');
+    is($m1{one}{expire_on}, 0, 'mode 1: never expires');
+    cmp_ok($m1{two}{expire_on}, '>', time, 'mode 1: expiry time (Unix seconds)');
+    ok(exists $m1{one}{last_access} && !defined $m1{one}{last_access}, 'mode 1: no last access time is kept');
     my %m2 = map { $_->{key} => $_->{value} } $k->get_keys(2);
     is_deeply(\%m2, { one => 'v1', two => 22 }, 'mode 2: values');
     is($k->count, 2, 'count');
@@ -233,8 +234,15 @@ subtest 'the file is shared by objects and survives them' => sub {
     $w->set(k => 'v');
     my $r = Cache::Near->new(share_file => $file, cache_size => '4m');
     is($r->get('k'), 'v', 'a second object sees the value');
+    undef $r;
+    ok(-e $file, 'a second object leaves the file it did not create');
     undef $w;
-    ok(-e $file, 'an explicit share_file is kept');
+    ok(!-e $file, 'the object that created it removes it (unlink_on_exit defaults to 1 then)');
+    $w = Cache::Near->new(share_file => $file, cache_size => '4m', unlink_on_exit => 0);
+    $w->set(k => 'v');
+    undef $w;
+    ok(-e $file, 'unlink_on_exit => 0 keeps it');
+    $r = Cache::Near->new(share_file => $file, cache_size => '4m');
     my $i = Cache::Near->new(share_file => $file, cache_size => '4m', init_file => 1);
     ok(!defined $i->get('k'), 'init_file empties it');
     my $tmp = Cache::Near->new(cache_size => '1m');

@@ -76,7 +76,7 @@ subtest 'read_cb, write_cb, delete_cb' => sub {
     is_deeply($reads[0], ['ctx', 'known'], 'read_cb gets the context and key');
     ok(!defined $c->get('unknown'), 'read_cb returning undef is a miss');
     $c->set(w => 'v');
-    is_deeply(\@writes, [['ctx', 'w', 'v']], 'write_cb after set');
+    is_deeply(\@writes, [['ctx', 'w', 'v', 0]], 'write_cb after set, with the expiry time (0: never)');
     ok($c->remove('w'), 'remove');
     is_deeply(\@deletes, [['ctx', 'w']], 'delete_cb after remove');
     my $nf = fresh_cache(read_cb => sub { undef }, cache_not_found => 1);
@@ -89,17 +89,18 @@ subtest 'bad arguments croak clearly and lose nothing' => sub {
     $c->set(keep => 'safe');
     my @cases = (
         [sub { $c->set(undef, 1) }, qr/the key is undefined/, 'undef key'],
-        [sub { $c->set('', 1) }, qr/the key is empty/, 'empty key'],
-        [sub { $c->set([], 1) }, qr/the key is a reference/, 'reference as key'],
-        [sub { $c->set('k' x 70_000, 1) }, qr/longer than the 65536-byte limit/, 'key too long'],
+        [sub { $c->incr('k' x 70_000) }, qr/longer than 65536 bytes/, 'key too long for a counter'],
         [sub { $c->set(k => 1, -5) }, qr/expire time must be >= 0/, 'negative expire'],
         [sub { $c->set(k => 1, 'soon') }, qr/expire time 'soon' is not seconds/, 'bad expire'],
+        [sub { $c->set(k => 1, { expire_on => 'tomorrow' }) }, qr/expire_on 'tomorrow' is not a Unix time/, 'bad expire_on'],
+        [sub { $c->set(k => 1, { modseq => -1 }) }, qr/modseq must be an unsigned integer/, 'bad modseq'],
+        [sub { $c->get_and_set(k => sub { (1, 'x') }) }, qr/options must be a hash reference/, 'get_and_set options not a hash'],
         [sub { $c->incr('k', 'many') }, qr/delta must be an integer/, 'bad delta'],
         [sub { $c->incr('k', 1, '1e99') }, qr/initial value must be an integer/, 'bad initial'],
         [sub { $c->get_and_set('k', 'nope') }, qr/needs a code reference/, 'get_and_set without code'],
         [sub { $c->multi_get('not a list') }, qr/array reference of keys/, 'multi_get of a scalar'],
         [sub { $c->multi_set([1]) }, qr/hash reference/, 'multi_set of a list'],
-        [sub { $c->multi_set({ ok => 1, '' => 2 }) }, qr/the key is empty/, 'multi_set with a bad key'],
+        [sub { $c->multi_set({ ok => 1, k => [] }, 'later') }, qr/expire time 'later'/, 'multi_set with a bad expiry'],
         [sub { $c->get_keys(7) }, qr/mode must be 0, 1 or 2/, 'bad get_keys mode'],
         [sub { Cache::Near->new(share_file => fresh_file(), cache_size => 'big') }, qr/size 'big' is not a number/, 'bad cache_size'],
         [sub { Cache::Near->new(share_file => fresh_file(), shards => 3) }, qr/power of two/, 'bad shards'],
@@ -110,7 +111,11 @@ subtest 'bad arguments croak clearly and lose nothing' => sub {
         [sub { Cache::Near->new(share_file => fresh_file(), spill_budget => 'lots') }, qr/size 'lots' is not a number/, 'bad spill_budget'],
         [sub { Cache::Near->new(share_file => fresh_file(), spill_threshold => 0) }, qr/spill_threshold must be at least 1 byte/, 'spill_threshold of 0'],
         [sub { Cache::Near->new(share_file => fresh_file(), read_cb => 'x') }, qr/read_cb must be a code reference/, 'bad callback'],
-        [sub { Cache::Near->new(share_file => fresh_file(), write_action => 'write_back') }, qr/not supported/, 'write_back'],
+        [sub { Cache::Near->new(share_file => fresh_file(), write_action => 'write_later') }, qr/write_action must be 'write_through' or 'write_back'/, 'bad write_action'],
+        [sub { Cache::Near->new(share_file => fresh_file(), serializer => [sub {}]) }, qr/custom serializer is \[/, 'bad custom serializer'],
+        [sub { Cache::Near->new(share_file => fresh_file(), compressor => 'rar') }, qr/unknown compressor 'rar'/, 'unknown compressor'],
+        [sub { Cache::Near->new(share_file => fresh_file(), permissions => 0400) }, qr/permissions must be a file mode/, 'unusable permissions'],
+        [sub { Cache::Near->new(share_file => fresh_file(), page_size => 'huge') }, qr/page_size must be a positive number/, 'bad page_size'],
         [sub { Cache::Near->new(share_file => '/dev/null/x', cache_size => '1m') }, qr{Cache::Near: .*/dev/null}, 'unusable path'],
         [sub { Cache::Near::get('not an object', 'k') }, qr/not a Cache::Near object/, 'function call on a non-object'],
     );
@@ -125,7 +130,7 @@ subtest 'bad arguments croak clearly and lose nothing' => sub {
     is($c->get('keep'), 'safe', 'the cache still holds its value');
     is($c->count, 1, '... and nothing else');
     my $file = fresh_file('geom');
-    Cache::Near->new(share_file => $file, cache_size => '4m')->set(x => 1);
+    Cache::Near->new(share_file => $file, cache_size => '4m', unlink_on_exit => 0)->set(x => 1);
     eval { Cache::Near->new(share_file => $file, cache_size => '8m') };
     like($@, qr/incompatible cache file/, 'reopening with another size croaks');
     is(Cache::Near->new(share_file => $file, cache_size => '4m')->get('x'), 1, '... and the file is intact');

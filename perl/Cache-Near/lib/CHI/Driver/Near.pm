@@ -1,56 +1,88 @@
 package CHI::Driver::Near;
 
-# A CHI driver on Cache::Near: one shared-memory file holds every
-# namespace, each namespace's keys carrying its own prefix.
+# A CHI driver on Cache::Near. Two layouts:
+# - share_file (the default): one shared-memory file holds every
+#   namespace, each namespace's keys carrying its own prefix;
+# - root_dir: one file per namespace in that directory, named as
+#   CHI::Driver::FastMmap names them ("<escaped namespace>.dat"), so a
+#   switch from the FastMmap driver keeps its options and layout.
 
 use strict;
 use warnings;
 use Carp qw(croak);
 use Cache::Near;
+use File::Path qw(mkpath);
+use File::Spec::Functions qw(catfile);
 use Moo;
 
 extends 'CHI::Driver';
 
-our $VERSION = '0.1.0';
+our $VERSION = '0.2.0';
 
-has 'share_file' => (is => 'ro', lazy => 1, builder => '_build_share_file');
-has 'cache_size' => (is => 'ro', default => sub { '64m' });
-has 'shards'     => (is => 'ro', default => sub { 0 });
+has 'root_dir'        => (is => 'ro');
+has 'dir_create_mode' => (is => 'ro', default => sub { oct(775) });
+has 'share_file'      => (is => 'ro', lazy => 1, builder => '_build_share_file');
+has 'cache_size'      => (is => 'ro');
+has 'page_size'       => (is => 'ro');
+has 'num_pages'       => (is => 'ro');
+has 'shards'          => (is => 'ro', default => sub { 0 });
 has 'spill_threshold' => (is => 'ro');
 has 'spill_budget'    => (is => 'ro');
-has 'near_cache' => (is => 'ro', lazy => 1, builder => '_build_near_cache');
-has '_prefix'    => (is => 'ro', lazy => 1, builder => '_build_prefix');
+has 'permissions'     => (is => 'ro');
+has 'lock_timeout'    => (is => 'ro');
+has 'near_cache'      => (is => 'ro', lazy => 1, builder => '_build_near_cache');
+has '_prefix'         => (is => 'ro', lazy => 1, builder => '_build_prefix');
 
 # Engine keys are at most 64 KiB of UTF-8; CHI digests longer keys.
 has '+max_key_length' => (default => sub { 16 * 1024 });
 
-# One Cache::Near per file, size and spill options in each process: CHI
-# creates many driver objects, and they all share one mapping.
+# One Cache::Near per file, size and options in each process: CHI creates
+# many driver objects, and they all share one mapping.
 my %OPEN;
 
+sub BUILD {
+    my ($self) = @_;
+    croak 'CHI::Driver::Near: give root_dir (a file per namespace) or share_file (one file), not both'
+        if defined $self->root_dir && defined $self->{share_file};
+    if (defined $self->root_dir && !-d $self->root_dir) {
+        mkpath($self->root_dir, 0, $self->dir_create_mode);
+    }
+    return;
+}
+
 sub _build_share_file {
+    my ($self) = @_;
+    return catfile($self->root_dir, $self->escape_for_filename($self->namespace) . '.dat')
+        if defined $self->root_dir;
     return Cache::Near->default_directory . "/chi-$<.cache";
 }
 
 sub _build_near_cache {
     my ($self) = @_;
-    my %spill = map { defined $self->$_ ? ($_ => $self->$_) : () } qw(spill_threshold spill_budget);
-    my $id = join "\0", $self->share_file, $self->cache_size, $self->shards,
-        map({ defined $_ ? $_ : '' } $spill{spill_threshold}, $spill{spill_budget}), $$;
+    my %opt = map { defined $self->$_ ? ($_ => $self->$_) : () }
+        qw(cache_size page_size num_pages spill_threshold spill_budget permissions lock_timeout);
+    $opt{cache_size} = '64m' unless grep { defined $opt{$_} } qw(cache_size page_size num_pages);
+    my $id = join "\0", $self->share_file, $self->shards, map({ ($_, $opt{$_}) } sort keys %opt), $$;
     return $OPEN{$id} ||= Cache::Near->new(
         share_file     => $self->share_file,
-        cache_size     => $self->cache_size,
         shards         => $self->shards,
-        raw_values     => 1,
+        serializer     => '',
         unlink_on_exit => 0,
-        %spill,
+        # A namespace's own file opened with another size is made anew, as
+        # Cache::FastMmap re-initialises it under the FastMmap driver.
+        (defined $self->root_dir ? (recreate => 1) : ()),
+        %opt,
     );
 }
 
+# As CHI::Driver::FastMmap: the Cache::Near object.
+sub fm_cache { $_[0]->near_cache }
+
 # "chi<length>:<namespace>|": unambiguous for any namespace, and never a
-# prefix of another namespace's prefix.
+# prefix of another namespace's prefix. A file of its own needs none.
 sub _build_prefix {
     my ($self) = @_;
+    return '' if defined $self->root_dir;
     my $ns = $self->namespace;
     return 'chi' . length($ns) . ":$ns|";
 }
@@ -79,6 +111,7 @@ sub remove {
 sub clear {
     my ($self) = @_;
     my $prefix = $self->_prefix;
+    return $self->near_cache->clear if $prefix eq '';
     my @mine = grep { index($_, $prefix) == 0 } $self->near_cache->get_keys(0);
     $self->near_cache->multi_remove(\@mine) if @mine;
     return;
@@ -93,6 +126,12 @@ sub get_keys {
 
 sub get_namespaces {
     my ($self) = @_;
+    if (defined $self->root_dir) {
+        opendir my $dh, $self->root_dir or return;
+        my @files = grep { /\.dat\z/ && -f catfile($self->root_dir, $_) } readdir $dh;
+        closedir $dh;
+        return map { $self->unescape_for_filename(substr $_, 0, -4) } @files;
+    }
     my %seen;
     for my $key ($self->near_cache->get_keys(0)) {
         next unless $key =~ /\Achi([0-9]+):/;
@@ -145,10 +184,25 @@ CHI::Driver::Near - CHI driver for Cache::Near (nearcache's shared-memory engine
 
 =head1 DESCRIPTION
 
-Stores CHI's entries in one L<Cache::Near> file shared by every process
-of the machine. All namespaces live in the same file, each under its own
-key prefix, so C<get_namespaces> lists them and C<clear> removes one
-namespace's entries only.
+Stores CHI's entries in L<Cache::Near> files shared by every process of
+the machine, in one of two layouts:
+
+=over
+
+=item One file (C<share_file>, the default)
+
+All namespaces live in the same file, each under its own key prefix, so
+C<get_namespaces> lists them and C<clear> removes one namespace's entries
+only.
+
+=item A file per namespace (C<root_dir>)
+
+As L<CHI::Driver::FastMmap>: each namespace has its own file in
+C<root_dir>, named C<E<lt>escaped namespaceE<gt>.dat>; C<get_namespaces>
+lists the directory. Switching from the FastMmap driver keeps its
+C<root_dir>, C<page_size>, C<num_pages> and C<cache_size> options.
+
+=back
 
 =head1 CONSTRUCTOR OPTIONS
 
@@ -156,12 +210,31 @@ namespace's entries only.
 
 =item share_file
 
-The cache file (default C</dev/shm/nearcache-$UID/chi-$UID.cache>).
+The one cache file (default C</dev/shm/nearcache-$UID/chi-$UID.cache>).
 
-=item cache_size
+=item root_dir
 
-Total size of the file, e.g. C<256m> (default C<64m>). Every process must
-use the same size for the same file.
+A directory with a file per namespace, as L<CHI::Driver::FastMmap> (which
+defaults to C<chi-driver-fastmmap> in the temporary directory; this driver
+uses the one file unless C<root_dir> is given). Created if missing.
+
+=item dir_create_mode
+
+Mode of C<root_dir> when it is created (default 0775, as the FastMmap
+driver).
+
+=item cache_size, page_size, num_pages
+
+Size of each file: C<cache_size> (e.g. C<256m>, kept exactly), or C<page_size> x
+C<num_pages> as L<Cache::FastMmap> computes it (default C<64m>). With
+C<share_file> every process must use the same size (another size
+croaks); with C<root_dir> a namespace's file opened with another size is
+made anew (its entries lost), as Cache::FastMmap re-initialises it under
+the FastMmap driver.
+
+=item permissions, lock_timeout
+
+As for L<Cache::Near>.
 
 =item shards
 
@@ -173,6 +246,16 @@ As for L<Cache::Near>: values longer than C<spill_threshold> (default
 C<128k>) are kept in files beside the cache file, which hold at most
 C<spill_budget> bytes (default C<1g>; C<0> keeps every value in the
 shared file, so a value too large for a shard is an error).
+
+=back
+
+=head1 METHODS
+
+=over
+
+=item near_cache, fm_cache
+
+The L<Cache::Near> object (C<fm_cache> as in the FastMmap driver).
 
 =back
 

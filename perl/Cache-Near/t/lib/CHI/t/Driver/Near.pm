@@ -8,6 +8,7 @@ use CHI::Test;
 use base qw(CHI::t::Driver);
 
 my ($share_file, $owner_pid);
+our @ROOTS;
 
 sub required_modules { return { 'Cache::Near' => undef } }
 
@@ -56,9 +57,41 @@ sub test_value_too_large : Tests {
     is($inline->get('small'), 'x' x 1024, 'the cache is unchanged');
 }
 
+sub test_root_dir_is_a_file_per_namespace : Tests {
+    my ($self) = @_;
+    my $root = Cache::Near->default_directory . "/chi-root-$$-" . int(rand 1e9);
+    push @ROOTS, $root;
+    my %common = (driver => 'Near', root_dir => $root, page_size => '16k', num_pages => 13);
+    my $a = CHI->new(%common, namespace => 'one/a');
+    my $b = CHI->new(%common, namespace => 'two');
+    $a->set(k => 'from a');
+    $b->set(k => 'from b');
+    ok(-f "$root/one+2fa.dat", 'namespace one/a has its own file, named as CHI::Driver::FastMmap names it')
+        or diag join ' ', glob "$root/*";
+    ok(-f "$root/two.dat", 'namespace two has its own file');
+    is($a->get('k'), 'from a', 'namespace a keeps its value');
+    is($b->get('k'), 'from b', 'namespace b keeps its value');
+    is_deeply([ sort $a->get_namespaces ], [ 'one/a', 'two' ], 'get_namespaces lists the files');
+    is($a->near_cache->{page_size}, 16384, 'page_size is passed to Cache::Near');
+    is($a->near_cache->{cache_size}, 13 * 16384, '... and so is num_pages: the file holds page_size x num_pages');
+    is($a->fm_cache, $a->near_cache, 'fm_cache, as in the FastMmap driver');
+    $a->clear;
+    ok(!defined $a->get('k'), 'clear empties namespace a');
+    is($b->get('k'), 'from b', '... and leaves namespace b alone');
+    throws_ok { CHI->new(driver => 'Near', root_dir => $root, share_file => "$root/x") }
+        qr/root_dir .* or share_file .* not both/, 'root_dir and share_file exclude each other';
+}
+
+
 # Only in the process that made the file: CHI's multi-process tests fork
 # children, which run END blocks too when they exit.
 END {
+    if ($owner_pid && $owner_pid == $$) {
+        for my $root (@ROOTS) {
+            unlink glob "$root/*.dat";
+            rmdir $root;
+        }
+    }
     if ($share_file && $owner_pid == $$) {
         unlink $share_file;
         Cache::Near::_remove_spill_dir($share_file);
