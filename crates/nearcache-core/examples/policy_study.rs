@@ -1,0 +1,125 @@
+//! Replays a trace through the candidate eviction policies of
+//! `nearcache_core::eviction` at given mean entry counts and prints one
+//! JSON object per (policy, entries) line. Driven by
+//! `benchmarks/policy_study.py`, which writes the traces and runs
+//! libCacheSim's policies beside these.
+//!
+//! ```text
+//! cargo run --release -p nearcache-core --example policy_study -- \
+//!     TRACE.oracleGeneral ENTRIES[,ENTRIES...] [--shards N] [--policies a,b] [--sizes] \
+//!     [--free PERCENT]
+//! ```
+//!
+//! The trace is libCacheSim's oracleGeneral binary format: records of
+//! (u32 time, u64 object id, u32 size, i64 next access), little-endian.
+//! Without `--sizes` every request counts as one unit (equal entry
+//! counts); with it the object sizes count against a byte budget equal to
+//! ENTRIES (then a byte count). `--free`: the percent of a shard one
+//! compaction frees (the engine's `COMPACT_FREE_PERCENT`, 10 by default).
+
+use nearcache_core::eviction::{limit_for_mean, replay, Config, Policy};
+use std::process::ExitCode;
+
+fn read_oracle_general(path: &str, sizes: bool) -> Result<Vec<(u64, u64)>, String> {
+    let data = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;
+    if data.len() % 24 != 0 {
+        return Err(format!(
+            "{path}: {} bytes is not a whole number of 24-byte oracleGeneral records",
+            data.len()
+        ));
+    }
+    Ok(data
+        .chunks_exact(24)
+        .map(|r| {
+            let id = u64::from_le_bytes(r[4..12].try_into().expect("8 bytes"));
+            let size = u32::from_le_bytes(r[12..16].try_into().expect("4 bytes")) as u64;
+            (id, if sizes { size.max(1) } else { 1 })
+        })
+        .collect())
+}
+
+fn run() -> Result<(), String> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut positional = Vec::new();
+    let mut shards = 1usize;
+    let mut policies: Vec<Policy> = Policy::ALL.to_vec();
+    let mut sizes = false;
+    let mut free = 10u64;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--shards" => {
+                let v = it.next().ok_or("--shards needs a value")?;
+                shards = v.parse().map_err(|_| format!("bad --shards {v}"))?;
+            }
+            "--policies" => {
+                let v = it.next().ok_or("--policies needs a value")?;
+                policies = v
+                    .split(',')
+                    .map(|n| Policy::from_name(n).ok_or(format!("unknown policy {n}")))
+                    .collect::<Result<_, _>>()?;
+            }
+            "--sizes" => sizes = true,
+            "--free" => {
+                let v = it.next().ok_or("--free needs a value")?;
+                free = v.parse().map_err(|_| format!("bad --free {v}"))?;
+                if !(1..=50).contains(&free) {
+                    return Err(format!("--free {free}: a compaction frees 1 to 50 percent"));
+                }
+            }
+            _ => positional.push(a.clone()),
+        }
+    }
+    let [trace, entries] = positional.as_slice() else {
+        return Err("usage: policy_study TRACE ENTRIES[,ENTRIES...] [--shards N] \
+                    [--policies a,b] [--sizes] [--free PERCENT]"
+            .into());
+    };
+    let requests = read_oracle_general(trace, sizes)?;
+    let targets: Vec<u64> = entries
+        .split(',')
+        .map(|e| e.parse().map_err(|_| format!("bad entry count {e}")))
+        .collect::<Result<_, _>>()?;
+    for &target in &targets {
+        for &policy in &policies {
+            let mut cfg = Config::new(policy, target);
+            cfg.shards = shards;
+            cfg.free_percent = free;
+            if sizes {
+                // A byte budget: the item limit does not bind.
+                cfg.max_items = u64::MAX / 4;
+            } else {
+                let limit = limit_for_mean(cfg, target, &requests);
+                cfg.max_items = limit;
+                cfg.capacity_bytes = limit;
+            }
+            let o = replay(cfg, requests.iter().copied());
+            println!(
+                "{{\"policy\":\"{}\",\"free\":{},\"target\":{},\"limit\":{},\"mean_items\":{:.1},\
+                 \"requests\":{},\"hits\":{},\"hit_ratio\":{:.6},\"byte_hit_ratio\":{:.6},\
+                 \"compactions\":{}}}",
+                policy.name(),
+                free,
+                target,
+                if sizes { cfg.capacity_bytes } else { cfg.max_items },
+                o.mean_items,
+                o.requests,
+                o.hits,
+                o.hit_ratio(),
+                if o.bytes > 0 { o.hit_bytes as f64 / o.bytes as f64 } else { 0.0 },
+                o.compactions,
+            );
+        }
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("policy_study: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
