@@ -87,6 +87,21 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--nearcache-dir", type=Path, metavar="DIR", help="directory of nearcache's files"
     )
+    bench.add_argument(
+        "--trace",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a trace for the traces workload (oracleGeneral binary, or text: key [size] a line)",
+    )
+    bench.add_argument(
+        "--real-traces",
+        type=_csv,
+        default=[],
+        metavar="NAME,...|all",
+        help="public traces for the traces workload, downloaded once (loop,cs,ps,multi1,...)",
+    )
     bench.add_argument("--list", action="store_true", help="list workloads and backends, then exit")
     bench.add_argument("--load", type=Path, metavar="FILE", help="re-render a JSON result")
     bench.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -183,6 +198,12 @@ def _bench(args: argparse.Namespace, argv: list[str]) -> int:
             err.print(f"wrote {path}", highlight=False)
         return 0
 
+    if (args.trace or args.real_traces) and not args.workloads:
+        args.workloads = ["traces"]
+    for f in args.trace:
+        if not f.is_file():
+            err.print(f"--trace {f}: no such file")
+            return 2
     unknown = [w for w in args.workloads if w not in WORKLOADS]
     if unknown:
         err.print(f"unknown workload(s): {', '.join(unknown)}; known: {', '.join(WORKLOADS)}")
@@ -216,6 +237,7 @@ def _bench(args: argparse.Namespace, argv: list[str]) -> int:
         progress=not args.no_progress,
         command=shlex.join(["nearcache", *argv]),
         debug=args.debug,
+        workload_options={"traces": args.trace, "real_traces": args.real_traces},
     )
     try:
         result, tables = runner.run(options, console)

@@ -47,6 +47,8 @@ class RunOptions:
     print_tables: bool = True
     command: str = "nearcache bench"
     debug: bool = False
+    #: Options handed to every workload's ``configure`` (``traces``, ``real_traces``).
+    workload_options: dict[str, Any] = field(default_factory=dict)
 
 
 def select_backends(names: Sequence[str], exclude: Sequence[str]) -> list[type[Backend]]:
@@ -106,6 +108,8 @@ def run(
     console = console or Console()
     names = list(options.workloads) or default_workloads()
     workloads: list[Workload] = [get_workload(n)(options.profile, options.seed) for n in names]
+    for w in workloads:
+        w.configure(options.workload_options)
     backend_classes = select_backends(options.backends, options.exclude)
     started = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
     t_start = time.perf_counter()

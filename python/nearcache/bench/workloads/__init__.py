@@ -11,6 +11,7 @@ from .holding import Holding
 from .open_per_request import OpenPerRequest
 from .perl_chi2010 import PerlChi2010
 from .scaling import Scaling
+from .traces import Traces
 from .value_sizes import ValueSizes
 from .zipf import Zipf
 
@@ -37,6 +38,7 @@ WORKLOADS: dict[str, type[Workload]] = {
         Scaling,
         ValueSizes,
         E2e,
+        Traces,
     )
 }
 WORKLOADS[PerlChi2010.name] = PerlChi2010  # runs when Perl and the built Perl modules are present

@@ -222,6 +222,9 @@ class Workload(abc.ABC):
     def capacity(self, case: Case) -> Capacity:
         """The bound each backend gets for ``case``."""
 
+    def configure(self, options: dict[str, Any]) -> None:  # noqa: B027 - optional hook
+        """Take the run's workload options (``--trace`` files...); most workloads have none."""
+
     def skip_reason(self, backend: type[Backend]) -> str | None:
         """Why ``backend`` does not take part in this workload (None: it does)."""
         return None
