@@ -7,7 +7,7 @@
 //! ```text
 //! cargo run --release -p nearcache-core --example policy_study -- \
 //!     TRACE.oracleGeneral ENTRIES[,ENTRIES...] [--shards N] [--policies a,b] [--sizes] \
-//!     [--free PERCENT]
+//!     [--free PERCENT] [--window PERCENT]
 //! ```
 //!
 //! The trace is libCacheSim's oracleGeneral binary format: records of
@@ -15,7 +15,8 @@
 //! Without `--sizes` every request counts as one unit (equal entry
 //! counts); with it the object sizes count against a byte budget equal to
 //! ENTRIES (then a byte count). `--free`: the percent of a shard one
-//! compaction frees (the engine's `COMPACT_FREE_PERCENT`, 10 by default).
+//! compaction frees (the engine's `COMPACT_FREE_PERCENT`, 10 by default);
+//! `--window`: the W-TinyLFU window's percent of the cache (1 by default).
 
 use nearcache_core::eviction::{limit_for_mean, replay, Config, Policy};
 use std::process::ExitCode;
@@ -45,6 +46,7 @@ fn run() -> Result<(), String> {
     let mut policies: Vec<Policy> = Policy::ALL.to_vec();
     let mut sizes = false;
     let mut free = 10u64;
+    let mut window = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -60,6 +62,14 @@ fn run() -> Result<(), String> {
                     .collect::<Result<_, _>>()?;
             }
             "--sizes" => sizes = true,
+            "--window" => {
+                let v = it.next().ok_or("--window needs a value")?;
+                let w: u64 = v.parse().map_err(|_| format!("bad --window {v}"))?;
+                if !(1..=80).contains(&w) {
+                    return Err(format!("--window {w}: 1 to 80 percent"));
+                }
+                window = Some(w);
+            }
             "--free" => {
                 let v = it.next().ok_or("--free needs a value")?;
                 free = v.parse().map_err(|_| format!("bad --free {v}"))?;
@@ -72,7 +82,7 @@ fn run() -> Result<(), String> {
     }
     let [trace, entries] = positional.as_slice() else {
         return Err("usage: policy_study TRACE ENTRIES[,ENTRIES...] [--shards N] \
-                    [--policies a,b] [--sizes] [--free PERCENT]"
+                    [--policies a,b] [--sizes] [--free PERCENT] [--window PERCENT]"
             .into());
     };
     let requests = read_oracle_general(trace, sizes)?;
@@ -81,15 +91,23 @@ fn run() -> Result<(), String> {
         .map(|e| e.parse().map_err(|_| format!("bad entry count {e}")))
         .collect::<Result<_, _>>()?;
     for &target in &targets {
+        // The limit whose mean occupancy is the target: found once, with
+        // SIEVE (every policy fills to the limit and frees the same share).
+        let mut base = Config::new(Policy::Sieve, target);
+        base.shards = shards;
+        base.free_percent = free;
+        let limit = if sizes { target } else { limit_for_mean(base, target, &requests) };
         for &policy in &policies {
             let mut cfg = Config::new(policy, target);
             cfg.shards = shards;
             cfg.free_percent = free;
+            if let Some(w) = window {
+                cfg.window_percent = w;
+            }
             if sizes {
                 // A byte budget: the item limit does not bind.
                 cfg.max_items = u64::MAX / 4;
             } else {
-                let limit = limit_for_mean(cfg, target, &requests);
                 cfg.max_items = limit;
                 cfg.capacity_bytes = limit;
             }

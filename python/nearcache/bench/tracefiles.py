@@ -3,8 +3,9 @@
 A :class:`Trace` is a sequence of integer object ids, with object sizes when
 the source has them.  Three ways to get one:
 
-- **Built-in generators** (seeded, :func:`panel`), one per class of workload
-  an eviction policy has to handle: ``zipf`` (web-like skew, recency-friendly),
+- **Built-in generators** (seeded, :func:`panel`; their traces are named
+  ``gen-<generator>``), one per class of workload an eviction policy has to
+  handle: ``zipf`` (web-like skew, recency-friendly),
   ``freq`` (a stable popular set under a stream of rarely repeated keys:
   frequency-friendly), ``loop`` (a cyclic walk over more keys than the cache
   holds), ``scan`` (a Zipf hot set with long one-time scans mixed in) and
@@ -157,7 +158,9 @@ def panel(seed: int, space: int, requests: int) -> list[Trace]:
     for name, (fn, label) in GENERATORS.items():
         rng = random.Random(f"{seed}:traces:{name}")
         keyspace = space * 5 // 8 if name == "loop" else space
-        out.append(Trace(name, label, fn(rng, keyspace, requests), source=f"generated, seed {seed}"))
+        out.append(
+            Trace(f"gen-{name}", label, fn(rng, keyspace, requests), source=f"generated, seed {seed}")
+        )
     return out
 
 

@@ -69,16 +69,24 @@ pub enum Policy {
     WTinyLfu,
     /// Window TinyLFU with every hit counted in the sketch (the ideal feed).
     WTinyLfuExact,
+    /// Window TinyLFU whose window size climbs toward the better hit ratio.
+    WTinyLfuAdaptive,
+    /// Window TinyLFU where a candidate hit while in the window is promoted
+    /// without a duel (S3-FIFO's rule for its small queue); only the
+    /// candidates never hit meet the sketch.
+    WTinyLfuRecency,
 }
 
 impl Policy {
     /// Every policy, in report order.
-    pub const ALL: [Policy; 5] = [
+    pub const ALL: [Policy; 7] = [
         Policy::Sieve,
         Policy::S3Fifo,
         Policy::S3FifoOneHand,
         Policy::WTinyLfu,
         Policy::WTinyLfuExact,
+        Policy::WTinyLfuAdaptive,
+        Policy::WTinyLfuRecency,
     ];
 
     /// The policy's name in tables and on the command line.
@@ -89,6 +97,8 @@ impl Policy {
             Policy::S3FifoOneHand => "s3fifo-one-hand",
             Policy::WTinyLfu => "wtinylfu-arena",
             Policy::WTinyLfuExact => "wtinylfu-exact-feed",
+            Policy::WTinyLfuAdaptive => "wtinylfu-adaptive",
+            Policy::WTinyLfuRecency => "wtinylfu-recency",
         }
     }
 
@@ -102,7 +112,18 @@ impl Policy {
     }
 
     fn uses_sketch(self) -> bool {
-        matches!(self, Policy::WTinyLfu | Policy::WTinyLfuExact)
+        matches!(
+            self,
+            Policy::WTinyLfu
+                | Policy::WTinyLfuExact
+                | Policy::WTinyLfuAdaptive
+                | Policy::WTinyLfuRecency
+        )
+    }
+
+    /// Whether the hit counters are the sketch's only feed of hits.
+    fn counter_feed(self) -> bool {
+        matches!(self, Policy::WTinyLfu | Policy::WTinyLfuAdaptive | Policy::WTinyLfuRecency)
     }
 }
 
@@ -209,6 +230,14 @@ pub struct ArenaShard {
     /// Bytes and entries the compaction under way leaves at most.
     after_bytes: u64,
     after_items: u64,
+    /// The adaptive window: its share in hundredths of a percent, and the
+    /// hill climber's state (requests and hits of the sample under way,
+    /// the previous sample's hit ratio, the step, signed).
+    window_bp: i64,
+    climb_requests: u64,
+    climb_hits: u64,
+    climb_prev: f64,
+    climb_step: i64,
 }
 
 /// The 64-bit hash of a key id (splitmix64): what the engine's xxh3 gives.
@@ -246,6 +275,11 @@ impl ArenaShard {
             compactions: 0,
             after_bytes: 0,
             after_items: 0,
+            window_bp: cfg.window_percent as i64 * 100,
+            climb_requests: 0,
+            climb_hits: 0,
+            climb_prev: -1.0,
+            climb_step: 625,
         }
     }
 
@@ -278,6 +312,46 @@ impl ArenaShard {
     /// A cache-aside request: a get, and a set of `size` bytes on a miss.
     /// True on a hit.
     pub fn access(&mut self, key: u64, size: u64) -> bool {
+        let hit = self.lookup(key, size);
+        if self.cfg.policy == Policy::WTinyLfuAdaptive {
+            self.climb(hit);
+        }
+        hit
+    }
+
+    /// Caffeine's hill climber, per shard and under the lock: every sample
+    /// of `CLIMB_SAMPLE` x the entry limit requests, move the window by the step (6.25%
+    /// of the cache at first, shrinking 2% a sample) in the direction that
+    /// last raised the hit ratio, reversing when it fell; a jump of the hit
+    /// ratio by more than 5 points restarts with the full step. The window
+    /// stays between 1% and 80%. The counts are the shard's own (misses are
+    /// seen under the lock; hits through the per-CPU hit counters the
+    /// engine already keeps).
+    fn climb(&mut self, hit: bool) {
+        self.climb_requests += 1;
+        self.climb_hits += hit as u64;
+        if self.climb_requests < CLIMB_SAMPLE * self.max_items {
+            return;
+        }
+        let ratio = self.climb_hits as f64 / self.climb_requests as f64;
+        self.climb_requests = 0;
+        self.climb_hits = 0;
+        if self.climb_prev >= 0.0 {
+            let delta = ratio - self.climb_prev;
+            if delta < 0.0 {
+                self.climb_step = -self.climb_step;
+            }
+            if delta.abs() > 0.05 {
+                self.climb_step = 625 * self.climb_step.signum();
+            } else {
+                self.climb_step = self.climb_step * 98 / 100;
+            }
+        }
+        self.climb_prev = ratio;
+        self.window_bp = (self.window_bp + self.climb_step).clamp(100, 8_000);
+    }
+
+    fn lookup(&mut self, key: u64, size: u64) -> bool {
         let hash = key_hash(key);
         if let Some(&i) = self.index.get(&key) {
             let max = self.cfg.counter_max;
@@ -309,7 +383,10 @@ impl ArenaShard {
             Policy::S3Fifo | Policy::S3FifoOneHand => {
                 !self.ghost.contains(Ghost::fingerprint(hash))
             }
-            Policy::WTinyLfu | Policy::WTinyLfuExact => true,
+            Policy::WTinyLfu
+            | Policy::WTinyLfuExact
+            | Policy::WTinyLfuAdaptive
+            | Policy::WTinyLfuRecency => true,
         };
         self.index.insert(key, self.arena.len());
         self.arena.push(Ent { key, hash, size, freq: 0, small, evicted: false });
@@ -426,13 +503,36 @@ impl ArenaShard {
                 let n = e.freq;
                 e.freq = 0;
                 let h = e.hash;
-                if self.cfg.policy == Policy::WTinyLfu {
+                if self.cfg.policy.counter_feed() {
                     self.sketch.add(h, n);
                 }
             }
             i += 1;
         }
         None
+    }
+
+    /// The window's next candidate. The fixed window is a FIFO: its oldest
+    /// entry. The adaptive window, which may grow to most of the cache, is
+    /// walked like SIEVE so that it approximates LRU as Caffeine's window
+    /// does: an entry hit since the hand last passed is skipped (its count
+    /// goes to the sketch) and stays in the window.
+    fn window_candidate(&mut self) -> Option<usize> {
+        let mut passes = 0;
+        loop {
+            let c = self.next_from(self.small_hand, Some(true))?;
+            self.small_hand = c + 1;
+            let e = self.arena[c];
+            if self.cfg.policy != Policy::WTinyLfuAdaptive
+                || e.freq == 0
+                || passes > self.small_items
+            {
+                return Some(c);
+            }
+            passes += 1;
+            self.arena[c].freq = 0;
+            self.sketch.add(e.hash, e.freq);
+        }
     }
 
     /// Choose one victim and mark it evicted.
@@ -497,14 +597,17 @@ impl ArenaShard {
                     self.small_hand = j + 1;
                 }
             }
-            Policy::WTinyLfu | Policy::WTinyLfuExact => {
-                let window = self.cap_bytes * self.cfg.window_percent / 100;
-                let window_items = self.after_items * self.cfg.window_percent / 100;
+            Policy::WTinyLfu
+            | Policy::WTinyLfuExact
+            | Policy::WTinyLfuAdaptive
+            | Policy::WTinyLfuRecency => {
+                let bp = self.window_bp as u64;
+                let window = self.cap_bytes * bp / 10_000;
+                let window_items = self.after_items * bp / 10_000;
                 let main_items = self.items - self.small_items;
                 let main_bytes = self.bytes - self.small_bytes;
                 if self.small_items > 0 && (self.small_bytes > window || main_items == 0) {
-                    let Some(c) = self.next_from(self.small_hand, Some(true)) else { return };
-                    self.small_hand = c + 1;
+                    let Some(c) = self.window_candidate() else { return };
                     let cand = self.arena[c];
                     // While the main queue has room for its share of what the
                     // compaction leaves, the window's oldest moves in freely
@@ -519,13 +622,14 @@ impl ArenaShard {
                         self.drop_entry(c, false);
                         return;
                     };
-                    let feed = if self.cfg.policy == Policy::WTinyLfu { cand.freq } else { 0 };
+                    let feed = if self.cfg.policy.counter_feed() { cand.freq } else { 0 };
                     let fc = self.sketch.estimate(cand.hash).saturating_add(feed);
                     let fv = self.sketch.estimate(self.arena[v].hash);
-                    if self.cfg.policy == Policy::WTinyLfu {
+                    if self.cfg.policy.counter_feed() {
                         self.sketch.add(cand.hash, cand.freq);
                     }
-                    if fc > fv {
+                    let hit_in_window = self.cfg.policy == Policy::WTinyLfuRecency && cand.freq > 0;
+                    if fc > fv || hit_in_window {
                         self.drop_entry(v, false);
                         self.hand = v + 1;
                         self.arena[c].freq = 0;
@@ -544,6 +648,10 @@ impl ArenaShard {
         }
     }
 }
+
+/// Requests per hill-climbing sample, in multiples of the shard's entry
+/// limit (Caffeine samples 10x; 2x follows shifting working sets faster).
+const CLIMB_SAMPLE: u64 = 2;
 
 /// A cache of `cfg.shards` shards, keys spread by hash.
 #[derive(Clone, Debug)]

@@ -196,6 +196,7 @@ class Traces(Workload):
     def __init__(self, profile: Any, seed: int = 2010) -> None:
         super().__init__(profile, seed)
         self._files: list[Path] = []
+        self._panel = True
         self._real: list[str] = []
         self._traces: list[Trace] | None = None
         self._scratch: Path | None = None
@@ -203,8 +204,10 @@ class Traces(Workload):
 
     def configure(self, options: dict[str, Any]) -> None:
         """``traces``: files to replay; ``real_traces``: names of public traces
-        to fetch and replay (``all`` for every one)."""
+        to fetch and replay (``all`` for every one); ``panel``: False leaves the
+        built-in generators out."""
         self._files = [Path(p) for p in options.get("traces", ())]
+        self._panel = bool(options.get("panel", True))
         real = list(options.get("real_traces", ()))
         self._real = list(REAL_DEFAULT) if "all" in real else real
         unknown = [n for n in self._real if n not in REAL_TRACES]
@@ -225,7 +228,7 @@ class Traces(Workload):
         """Every trace of this run (generated once, files read once)."""
         if self._traces is None:
             p = _PARAMS[self.profile.name]
-            out = panel(self.rng_seed, p["space"], p["requests"])
+            out = panel(self.rng_seed, p["space"], p["requests"]) if self._panel else []
             for f in self._files:
                 out.append(read_trace(f))
             if self._real:
