@@ -101,9 +101,14 @@ def study(traces: list[Trace], scratch: Path) -> list[dict[str, Any]]:
     rows = []
     for tr in traces:
         d = tr.distinct
-        targets = sorted({max(10, round(f * d)) for f in FRACTIONS} | (
-            {ISSUE_ROWS[tr.name]} if tr.name in ISSUE_ROWS and not tr.source.startswith("generated") else set()
-        ))
+        targets = sorted(
+            {max(10, round(f * d)) for f in FRACTIONS}
+            | (
+                {ISSUE_ROWS[tr.name]}
+                if tr.name in ISSUE_ROWS and not tr.source.startswith("generated")
+                else set()
+            )
+        )
         og = write_oracle_general(Trace(tr.name, tr.label, tr.keys), scratch / f"{tr.name}.og")
         res = libcachesim(og, targets)
         for free, policies in RUNS:
@@ -175,7 +180,10 @@ def markdown(rows: list[dict[str, Any]], command: str) -> str:
         "rows. Worst margin in brackets (negative: missed by that much)."
     )
     out.append("")
-    out.append("| candidate | >= LRU - 0.005 | >= max(S3-FIFO, W-TinyLFU) - 0.02 | near best (issue rows) |")
+    out.append(
+        "| candidate | >= LRU - 0.005 | >= max(S3-FIFO, W-TinyLFU) - 0.02 "
+        "| near best (issue rows) |"
+    )
     out.append("|:---|---:|---:|---:|")
     for n in names:
         if "/" not in n:
@@ -201,7 +209,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=2010)
     args = ap.parse_args()
     if not EXAMPLE.exists():
-        print(f"build it first: cargo build --release -p nearcache-core --example policy_study")
+        print("build it first: cargo build --release -p nearcache-core --example policy_study")
         return 2
     space, requests = (1_000, 30_000) if args.quick else (4_000, 200_000)
     traces = panel(args.seed, space, requests)

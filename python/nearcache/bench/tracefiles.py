@@ -74,7 +74,9 @@ class Trace:
 
     def __post_init__(self) -> None:
         if self.sizes is not None and len(self.sizes) != len(self.keys):
-            raise ValueError(f"trace {self.name}: {len(self.sizes)} sizes for {len(self.keys)} keys")
+            raise ValueError(
+                f"trace {self.name}: {len(self.sizes)} sizes for {len(self.keys)} keys"
+            )
 
     @property
     def distinct(self) -> int:
@@ -159,7 +161,9 @@ def panel(seed: int, space: int, requests: int) -> list[Trace]:
         rng = random.Random(f"{seed}:traces:{name}")
         keyspace = space * 5 // 8 if name == "loop" else space
         out.append(
-            Trace(f"gen-{name}", label, fn(rng, keyspace, requests), source=f"generated, seed {seed}")
+            Trace(
+                f"gen-{name}", label, fn(rng, keyspace, requests), source=f"generated, seed {seed}"
+            )
         )
     return out
 
@@ -205,7 +209,9 @@ def read_trace(path: Path, name: str | None = None) -> Trace:
                 try:
                     size = int(text[1])
                 except ValueError:
-                    raise ValueError(f"{path}:{lineno}: size {text[1]!r} is not an integer") from None
+                    raise ValueError(
+                        f"{path}:{lineno}: size {text[1]!r} is not an integer"
+                    ) from None
                 if size < 1:
                     raise ValueError(f"{path}:{lineno}: size {size} must be positive")
                 any_size = True

@@ -120,6 +120,7 @@ def replay_nearcache(
     samples: list[tuple[int, int]] = []
     steady: list[tuple[int, int]] = []
     values: dict[int, bytes] = {}
+    size_of = dict(zip(trace.keys, sizes, strict=True)) if sizes is not None else {}
     for i, k in enumerate(trace.keys):
         key = _key(k)
         if get(key) is not None:
@@ -134,7 +135,7 @@ def replay_nearcache(
             set_(key, v)
         if i % sample_every == sample_every - 1:
             n = len(cache)
-            held = _held_bytes(cache, trace) if sizes is not None else n
+            held = _held_bytes(cache, size_of) if sizes is not None else n
             samples.append((n, held))
             if cache.stats().get("evictions", 0) > 0:
                 steady.append((n, held))
@@ -146,16 +147,10 @@ def replay_nearcache(
     )
 
 
-_size_of: dict[int, dict[int, int]] = {}
-
-
-def _held_bytes(cache: Any, trace: Trace) -> int:
+def _held_bytes(cache: Any, size_of: dict[int, int]) -> int:
     """Bytes (trace sizes) of the objects ``cache`` holds."""
-    sizes = _size_of.get(id(trace))
-    if sizes is None:
-        assert trace.sizes is not None
-        sizes = _size_of[id(trace)] = dict(zip(trace.keys, trace.sizes, strict=True))
-    return sum(sizes.get(int(k, 16), 0) for k in (kb.decode() for kb in cache.keys()))
+    held: list[bytes] = cache.keys()
+    return sum(size_of.get(int(kb.decode(), 16), 0) for kb in held)
 
 
 def _replay_peer(store: Any, trace: Trace, value: bytes) -> int:
@@ -408,20 +403,28 @@ class Traces(Workload):
             for name in names:
                 row = [name]
                 for c in cases:
-                    m = c.get(name)
-                    row.append(f"{m.metrics['hit_ratio']:.3f}" if m else "-")
+                    got = c.get(name)
+                    row.append(f"{got.metrics['hit_ratio']:.3f}" if got else "-")
                 rows_by[name] = row
             notes = []
             first = cases[0]
+            requests = (
+                fmt_int(first.measurements[0].metrics["requests"]) if first.measurements else "?"
+            )
             notes.append(
-                f"{first.params.get('distinct', 0):,} distinct keys; "
-                f"{fmt_int(first.measurements[0].metrics['requests']) if first.measurements else '?'}"
+                f"{first.params.get('distinct', 0):,} distinct keys; {requests}"
                 " requests. Each column: nearcache's file, and its measured steady-state entry "
                 "count, which every other policy gets."
             )
             notes.extend(_goal_notes(cases))
-            skipped = sorted({f"{k}: {v}" for c in cases for k, v in c.skipped.items()
-                              if not v.startswith("replayed by")})
+            skipped = sorted(
+                {
+                    f"{k}: {v}"
+                    for c in cases
+                    for k, v in c.skipped.items()
+                    if not v.startswith("replayed by")
+                }
+            )
             if skipped:
                 notes.append("Not run: " + "; ".join(skipped) + ".")
             tables.append(
@@ -463,7 +466,7 @@ class Traces(Workload):
                     [y for _, y in pts],
                     marker="o" if ours else ".",
                     linewidth=2.8 if ours else 1.2,
-                    linestyle=":" if belady else ("--" if _LCS_SUFFIX[:-1] not in name else "-"),
+                    linestyle=":" if belady else ("--" if _is_peer(name) else "-"),
                     color="black" if ours else None,
                     zorder=3 if ours else 2,
                     label=name,
@@ -476,9 +479,7 @@ class Traces(Workload):
             ax.grid(True, alpha=0.3)
         for ax in list(axes.flat)[n:]:
             ax.axis("off")
-        fig.legend(
-            list(handles.values()), list(handles), loc="lower center", ncol=5, fontsize=8
-        )
+        fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=5, fontsize=8)
         fig.suptitle("traces: hit ratio against cache size, one line per policy")
         fig.tight_layout(rect=(0, 0.04 + 0.02 * math.ceil(len(handles) / 5), 1, 0.97))
         path = outdir / "traces.png"
@@ -486,6 +487,11 @@ class Traces(Workload):
         fig.savefig(path, dpi=90)
         plt.close(fig)
         return [path]
+
+
+def _is_peer(name: str) -> bool:
+    """An in-process peer's row (drawn dashed): neither nearcache nor libCacheSim."""
+    return name != NEARCACHE and _LCS_SUFFIX[:-1] not in name
 
 
 def _goal_notes(cases: Sequence[CaseResult]) -> list[str]:
@@ -507,6 +513,10 @@ def _goal_notes(cases: Sequence[CaseResult]) -> list[str]:
         lru = c.get("LRU" + _LCS_SUFFIX)
         bits = [f"best other {best_name} {best:.3f} ({ours - best:+.3f})"]
         if lru is not None:
-            bits.append(f"LRU {lru.metrics['hit_ratio']:.3f} ({ours - lru.metrics['hit_ratio']:+.3f})")
-        notes.append(f"{fmt_int(nc.metrics['entries'])} entries: nearcache {ours:.3f}; " + "; ".join(bits))
+            bits.append(
+                f"LRU {lru.metrics['hit_ratio']:.3f} ({ours - lru.metrics['hit_ratio']:+.3f})"
+            )
+        notes.append(
+            f"{fmt_int(nc.metrics['entries'])} entries: nearcache {ours:.3f}; " + "; ".join(bits)
+        )
     return notes
