@@ -7,7 +7,7 @@
 //! ```text
 //! cargo run --release -p nearcache-core --example policy_study -- \
 //!     TRACE.oracleGeneral ENTRIES[,ENTRIES...] [--shards N] [--policies a,b] [--sizes] \
-//!     [--free PERCENT] [--window PERCENT]
+//!     [--free PERCENT] [--window PERCENT] [--sketch COUNTERS_PER_ENTRY]
 //! ```
 //!
 //! The trace is libCacheSim's oracleGeneral binary format: records of
@@ -16,7 +16,9 @@
 //! counts); with it the object sizes count against a byte budget equal to
 //! ENTRIES (then a byte count). `--free`: the percent of a shard one
 //! compaction frees (the engine's `COMPACT_FREE_PERCENT`, 10 by default);
-//! `--window`: the W-TinyLFU window's percent of the cache (1 by default).
+//! `--window`: the W-TinyLFU window's percent of the cache (1 by default);
+//! `--sketch`: sketch counters per entry in each row (1 by default: 2 bytes
+//! per entry).
 
 use nearcache_core::eviction::{limit_for_mean, replay, Config, Policy};
 use std::process::ExitCode;
@@ -47,6 +49,7 @@ fn run() -> Result<(), String> {
     let mut sizes = false;
     let mut free = 10u64;
     let mut window = None;
+    let mut sketch = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -62,6 +65,14 @@ fn run() -> Result<(), String> {
                     .collect::<Result<_, _>>()?;
             }
             "--sizes" => sizes = true,
+            "--sketch" => {
+                let v = it.next().ok_or("--sketch needs a value")?;
+                let f: f64 = v.parse().map_err(|_| format!("bad --sketch {v}"))?;
+                if !(0.01..=16.0).contains(&f) {
+                    return Err(format!("--sketch {f}: 0.01 to 16 counters per entry"));
+                }
+                sketch = Some(f);
+            }
             "--window" => {
                 let v = it.next().ok_or("--window needs a value")?;
                 let w: u64 = v.parse().map_err(|_| format!("bad --window {v}"))?;
@@ -82,7 +93,7 @@ fn run() -> Result<(), String> {
     }
     let [trace, entries] = positional.as_slice() else {
         return Err("usage: policy_study TRACE ENTRIES[,ENTRIES...] [--shards N] \
-                    [--policies a,b] [--sizes] [--free PERCENT] [--window PERCENT]"
+                    [--policies a,b] [--sizes] [--free PERCENT] [--window PERCENT] [--sketch COUNTERS_PER_ENTRY]"
             .into());
     };
     let requests = read_oracle_general(trace, sizes)?;
@@ -103,6 +114,9 @@ fn run() -> Result<(), String> {
             cfg.free_percent = free;
             if let Some(w) = window {
                 cfg.window_percent = w;
+            }
+            if let Some(f) = sketch {
+                cfg.sketch_counters_per_entry = f;
             }
             if sizes {
                 // A byte budget: the item limit does not bind.

@@ -25,7 +25,12 @@ def test_runs_only_when_named() -> None:
     assert "e2e" in WORKLOADS
     assert "e2e" not in default_workloads()
     # perl-chi-2010 too: it starts a memcached of its own; value-sizes takes minutes.
-    assert set(default_workloads()) == set(WORKLOADS) - {"e2e", "perl-chi-2010", "value-sizes"}
+    assert set(default_workloads()) == set(WORKLOADS) - {
+        "e2e",
+        "perl-chi-2010",
+        "value-sizes",
+        "traces",
+    }
 
 
 def test_skipped_with_the_reason_when_a_tool_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:

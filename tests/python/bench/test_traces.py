@@ -124,6 +124,18 @@ def test_traces_workload_tiny(tmp_path: Path) -> None:
     assert written[0].stat().st_size > 10_000
 
 
+def test_registered_and_run_only_when_named() -> None:
+    from nearcache.bench.workloads import WORKLOADS, default_workloads
+
+    assert WORKLOADS["traces"] is Traces
+    assert "traces" not in default_workloads()
+
+
+def test_unknown_real_trace_is_refused() -> None:
+    with pytest.raises(KeyError, match="unknown real trace"):
+        Traces(PROFILES["tiny"]).configure({"real_traces": ["nosuch"]})
+
+
 def test_trace_named_twice_is_refused(tmp_path: Path) -> None:
     f = _text_trace(tmp_path / "mix.txt", False)
     w = Traces(PROFILES["tiny"])
