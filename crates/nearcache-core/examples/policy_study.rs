@@ -7,7 +7,7 @@
 //! ```text
 //! cargo run --release -p nearcache-core --example policy_study -- \
 //!     TRACE.oracleGeneral ENTRIES[,ENTRIES...] [--shards N] [--policies a,b] [--sizes] \
-//!     [--free PERCENT] [--window PERCENT] [--sketch COUNTERS_PER_ENTRY]
+//!     [--free PERCENT] [--window PERCENT] [--sketch COUNTERS_PER_ENTRY] [--aging N]
 //! ```
 //!
 //! The trace is libCacheSim's oracleGeneral binary format: records of
@@ -18,7 +18,8 @@
 //! compaction frees (the engine's `COMPACT_FREE_PERCENT`, 10 by default);
 //! `--window`: the W-TinyLFU window's percent of the cache (1 by default);
 //! `--sketch`: sketch counters per entry in each row (1 by default: 2 bytes
-//! per entry).
+//! per entry); `--aging`: the sketch halves every N x the entries
+//! additions (10 by default, as TinyLFU).
 
 use nearcache_core::eviction::{limit_for_mean, replay, Config, Policy};
 use std::process::ExitCode;
@@ -50,6 +51,7 @@ fn run() -> Result<(), String> {
     let mut free = 10u64;
     let mut window = None;
     let mut sketch = None;
+    let mut aging = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -73,6 +75,14 @@ fn run() -> Result<(), String> {
                 }
                 sketch = Some(f);
             }
+            "--aging" => {
+                let v = it.next().ok_or("--aging needs a value")?;
+                let a: u64 = v.parse().map_err(|_| format!("bad --aging {v}"))?;
+                if !(1..=100).contains(&a) {
+                    return Err(format!("--aging {a}: 1 to 100 x the entries"));
+                }
+                aging = Some(a);
+            }
             "--window" => {
                 let v = it.next().ok_or("--window needs a value")?;
                 let w: u64 = v.parse().map_err(|_| format!("bad --window {v}"))?;
@@ -93,7 +103,7 @@ fn run() -> Result<(), String> {
     }
     let [trace, entries] = positional.as_slice() else {
         return Err("usage: policy_study TRACE ENTRIES[,ENTRIES...] [--shards N] \
-                    [--policies a,b] [--sizes] [--free PERCENT] [--window PERCENT] [--sketch COUNTERS_PER_ENTRY]"
+                    [--policies a,b] [--sizes] [--free PERCENT] [--window PERCENT] [--sketch COUNTERS_PER_ENTRY] [--aging N]"
             .into());
     };
     let requests = read_oracle_general(trace, sizes)?;
@@ -114,6 +124,9 @@ fn run() -> Result<(), String> {
             cfg.free_percent = free;
             if let Some(w) = window {
                 cfg.window_percent = w;
+            }
+            if let Some(a) = aging {
+                cfg.sketch_aging = a;
             }
             if let Some(f) = sketch {
                 cfg.sketch_counters_per_entry = f;

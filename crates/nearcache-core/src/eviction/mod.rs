@@ -148,6 +148,8 @@ pub struct Config {
     pub window_percent: u64,
     /// Sketch counters per entry in each of its four rows.
     pub sketch_counters_per_entry: f64,
+    /// The sketch halves its counters every `sketch_aging` x entries additions.
+    pub sketch_aging: u64,
 }
 
 impl Config {
@@ -163,6 +165,7 @@ impl Config {
             small_percent: 10,
             window_percent: 1,
             sketch_counters_per_entry: 1.0,
+            sketch_aging: 10,
         }
     }
 }
@@ -271,7 +274,11 @@ impl ArenaShard {
             hand: 0,
             small_hand: 0,
             ghost: Ghost::new(ghost_len),
-            sketch: Sketch::new(sketch_entries, cfg.sketch_counters_per_entry),
+            sketch: Sketch::with_aging(
+                sketch_entries,
+                cfg.sketch_counters_per_entry,
+                cfg.sketch_aging,
+            ),
             compactions: 0,
             after_bytes: 0,
             after_items: 0,

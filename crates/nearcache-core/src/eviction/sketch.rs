@@ -34,6 +34,11 @@ impl Sketch {
     /// `counters_per_row` counters per entry in each row (rounded to a
     /// power of two, at least 16).
     pub fn new(entries: usize, counters_per_entry: f64) -> Sketch {
+        Sketch::with_aging(entries, counters_per_entry, 10)
+    }
+
+    /// As [`Sketch::new`], halving every `aging` x `entries` additions.
+    pub fn with_aging(entries: usize, counters_per_entry: f64, aging: u64) -> Sketch {
         let want = ((entries.max(1) as f64) * counters_per_entry).ceil() as usize;
         let width = want.max(16).next_power_of_two();
         let words = width / 16;
@@ -41,7 +46,7 @@ impl Sketch {
             rows: [vec![0; words], vec![0; words], vec![0; words], vec![0; words]],
             mask: width - 1,
             additions: 0,
-            sample: 10 * entries.max(1) as u64,
+            sample: aging.max(1) * entries.max(1) as u64,
         }
     }
 

@@ -109,9 +109,9 @@ fn batched_policies_stay_close_to_their_single_eviction_form() {
     // which costs a little hit ratio but must not change the policy's
     // character.
     for policy in [Policy::Sieve, Policy::WTinyLfu] {
-        for seed in 1..=3u64 {
+        for seed in 1..=2u64 {
             let cap = 400 + seed * 50;
-            let trace = unit(&random_trace(seed * 31, 30_000, cap * 3));
+            let trace = unit(&random_trace(seed * 31, 20_000, cap * 3));
             let single = replay(batch_of_one(policy, cap), trace.iter().copied());
             let batched = replay(Config::new(policy, cap), trace.iter().copied());
             let gap = single.hit_ratio() - batched.hit_ratio();
@@ -122,7 +122,7 @@ fn batched_policies_stay_close_to_their_single_eviction_form() {
 
 #[test]
 fn the_sawtooth_averages_between_ninety_percent_and_the_limit() {
-    let trace = unit(&random_trace(7, 30_000, 3_000));
+    let trace = unit(&random_trace(7, 20_000, 3_000));
     for policy in Policy::ALL {
         let o = replay(Config::new(policy, 1_000), trace.iter().copied());
         assert!(o.compactions > 10, "{policy:?}");
@@ -167,10 +167,11 @@ fn skewed_traces_never_fall_below_lru() {
         let lru_hits = trace.iter().filter(|&&k| lru.access(k)).count() as f64;
         let lru_ratio = lru_hits / trace.len() as f64;
         let reqs = unit(&trace);
+        // The limit holding a mean of 1,000 (found with SIEVE: every policy
+        // fills to the limit and frees the same share).
+        let limit = limit_for_mean(Config::new(Policy::Sieve, 1_000), 1_000, &reqs);
         for policy in Policy::ALL {
-            let cfg = Config::new(policy, 1_000);
-            let limit = limit_for_mean(cfg, 1_000, &reqs);
-            let mut c = cfg;
+            let mut c = Config::new(policy, 1_000);
             c.max_items = limit;
             c.capacity_bytes = limit;
             let r = replay(c, reqs.iter().copied()).hit_ratio();
