@@ -8,6 +8,7 @@ from .django8proc import Django8proc
 from .e2e import E2e
 from .fastmmap2004 import Fastmmap2004
 from .holding import Holding
+from .large import Large
 from .open_per_request import OpenPerRequest
 from .perl_chi2010 import PerlChi2010
 from .scaling import Scaling
@@ -39,6 +40,7 @@ WORKLOADS: dict[str, type[Workload]] = {
         ValueSizes,
         E2e,
         Traces,
+        Large,
     )
 }
 WORKLOADS[PerlChi2010.name] = PerlChi2010  # runs when Perl and the built Perl modules are present
