@@ -88,6 +88,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--nearcache-dir", type=Path, metavar="DIR", help="directory of nearcache's files"
     )
     bench.add_argument(
+        "--trace",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a trace for the traces workload (oracleGeneral binary, or text: key [size] a line)",
+    )
+    bench.add_argument(
+        "--real-traces",
+        type=_csv,
+        default=[],
+        metavar="NAME,...|all",
+        help="public traces for the traces workload, downloaded once (loop,cs,ps,multi1,...)",
+    )
+    bench.add_argument(
         "--sizes",
         type=_csv,
         default=[],
@@ -190,11 +205,17 @@ def _bench(args: argparse.Namespace, argv: list[str]) -> int:
             err.print(f"wrote {path}", highlight=False)
         return 0
 
+    if (args.trace or args.real_traces) and not args.workloads:
+        args.workloads = ["traces"]
+    for f in args.trace:
+        if not f.is_file():
+            err.print(f"--trace {f}: no such file")
+            return 2
     unknown = [w for w in args.workloads if w not in WORKLOADS]
     if unknown:
         err.print(f"unknown workload(s): {', '.join(unknown)}; known: {', '.join(WORKLOADS)}")
         return 2
-    workload_options: dict[str, Any] = {}
+    workload_options: dict[str, Any] = {"traces": args.trace, "real_traces": args.real_traces}
     if args.sizes:
         if "large" not in args.workloads:
             err.print("--sizes applies to the large workload: name it (nearcache bench large)")

@@ -11,6 +11,8 @@
 //! * [`lock`] — the futex shard lock, owner-death recovery, bounded waits,
 //! * `shard` — index, arena, compaction, eviction and optimistic reads,
 //! * `counters` — hit and miss counters striped per CPU,
+//! * [`eviction`] — candidate eviction policies simulated in the shard's shape
+//!   (the policy study; not yet used by `shard`),
 //! * [`file`] — safe creation, attachment and permission checks,
 //! * `registry` — one mapping per file and process, shared by its handles,
 //! * [`cache`] — the public API routing keys to shards,
@@ -37,6 +39,7 @@
 pub mod cache;
 mod counters;
 pub mod error;
+pub mod eviction;
 pub mod file;
 pub mod hash;
 pub mod keys;

@@ -47,7 +47,8 @@ class RunOptions:
     print_tables: bool = True
     command: str = "nearcache bench"
     debug: bool = False
-    #: Options of particular workloads (``sizes`` for ``large``), see ``Workload.configure``.
+    #: Options of particular workloads (``sizes`` for ``large``; ``traces``,
+    #: ``real_traces`` and ``panel`` for ``traces``), see ``Workload.configure``.
     workload_options: dict[str, Any] = field(default_factory=dict)
 
 

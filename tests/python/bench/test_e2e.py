@@ -30,6 +30,7 @@ def test_runs_only_when_named() -> None:
         "e2e",
         "perl-chi-2010",
         "value-sizes",
+        "traces",
         "large",
     }
 

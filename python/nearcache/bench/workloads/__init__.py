@@ -12,6 +12,7 @@ from .large import Large
 from .open_per_request import OpenPerRequest
 from .perl_chi2010 import PerlChi2010
 from .scaling import Scaling
+from .traces import Traces
 from .value_sizes import ValueSizes
 from .zipf import Zipf
 
@@ -38,6 +39,7 @@ WORKLOADS: dict[str, type[Workload]] = {
         Scaling,
         ValueSizes,
         E2e,
+        Traces,
         Large,
     )
 }

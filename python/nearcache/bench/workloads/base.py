@@ -220,7 +220,7 @@ class Workload(abc.ABC):
         self.rng_seed = seed
 
     def configure(self, options: dict[str, Any]) -> None:  # noqa: B027 - optional hook
-        """Take workload-specific options of the command line (``--sizes`` ...).
+        """Take workload-specific options of the command line (``--sizes``, ``--trace`` ...).
 
         Called before :meth:`cases`; options a workload does not know are ignored.
         """

@@ -1,0 +1,170 @@
+//! Replays a trace through the candidate eviction policies of
+//! `nearcache_core::eviction` at given mean entry counts and prints one
+//! JSON object per (policy, entries) line. Driven by
+//! `benchmarks/policy_study.py`, which writes the traces and runs
+//! libCacheSim's policies beside these.
+//!
+//! ```text
+//! cargo run --release -p nearcache-core --example policy_study -- \
+//!     TRACE.oracleGeneral ENTRIES[,ENTRIES...] [--shards N] [--policies a,b] [--sizes] \
+//!     [--free PERCENT] [--window PERCENT] [--sketch COUNTERS_PER_ENTRY] [--aging N]
+//! ```
+//!
+//! The trace is libCacheSim's oracleGeneral binary format: records of
+//! (u32 time, u64 object id, u32 size, i64 next access), little-endian.
+//! Without `--sizes` every request counts as one unit (equal entry
+//! counts); with it the object sizes count against a byte budget equal to
+//! ENTRIES (then a byte count). `--free`: the percent of a shard one
+//! compaction frees (the engine's `COMPACT_FREE_PERCENT`, 10 by default);
+//! `--window`: the W-TinyLFU window's percent of the cache (1 by default);
+//! `--sketch`: sketch counters per entry in each row (1 by default: 2 bytes
+//! per entry); `--aging`: the sketch halves every N x the entries
+//! additions (10 by default, as TinyLFU).
+
+use nearcache_core::eviction::{limit_for_mean, replay, Config, Policy};
+use std::process::ExitCode;
+
+fn read_oracle_general(path: &str, sizes: bool) -> Result<Vec<(u64, u64)>, String> {
+    let data = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;
+    if data.len() % 24 != 0 {
+        return Err(format!(
+            "{path}: {} bytes is not a whole number of 24-byte oracleGeneral records",
+            data.len()
+        ));
+    }
+    Ok(data
+        .chunks_exact(24)
+        .map(|r| {
+            let id = u64::from_le_bytes(r[4..12].try_into().expect("8 bytes"));
+            let size = u32::from_le_bytes(r[12..16].try_into().expect("4 bytes")) as u64;
+            (id, if sizes { size.max(1) } else { 1 })
+        })
+        .collect())
+}
+
+fn run() -> Result<(), String> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut positional = Vec::new();
+    let mut shards = 1usize;
+    let mut policies: Vec<Policy> = Policy::ALL.to_vec();
+    let mut sizes = false;
+    let mut free = 10u64;
+    let mut window = None;
+    let mut sketch = None;
+    let mut aging = None;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--shards" => {
+                let v = it.next().ok_or("--shards needs a value")?;
+                shards = v.parse().map_err(|_| format!("bad --shards {v}"))?;
+            }
+            "--policies" => {
+                let v = it.next().ok_or("--policies needs a value")?;
+                policies = v
+                    .split(',')
+                    .map(|n| Policy::from_name(n).ok_or(format!("unknown policy {n}")))
+                    .collect::<Result<_, _>>()?;
+            }
+            "--sizes" => sizes = true,
+            "--sketch" => {
+                let v = it.next().ok_or("--sketch needs a value")?;
+                let f: f64 = v.parse().map_err(|_| format!("bad --sketch {v}"))?;
+                if !(0.01..=16.0).contains(&f) {
+                    return Err(format!("--sketch {f}: 0.01 to 16 counters per entry"));
+                }
+                sketch = Some(f);
+            }
+            "--aging" => {
+                let v = it.next().ok_or("--aging needs a value")?;
+                let a: u64 = v.parse().map_err(|_| format!("bad --aging {v}"))?;
+                if !(1..=100).contains(&a) {
+                    return Err(format!("--aging {a}: 1 to 100 x the entries"));
+                }
+                aging = Some(a);
+            }
+            "--window" => {
+                let v = it.next().ok_or("--window needs a value")?;
+                let w: u64 = v.parse().map_err(|_| format!("bad --window {v}"))?;
+                if !(1..=80).contains(&w) {
+                    return Err(format!("--window {w}: 1 to 80 percent"));
+                }
+                window = Some(w);
+            }
+            "--free" => {
+                let v = it.next().ok_or("--free needs a value")?;
+                free = v.parse().map_err(|_| format!("bad --free {v}"))?;
+                if !(1..=50).contains(&free) {
+                    return Err(format!("--free {free}: a compaction frees 1 to 50 percent"));
+                }
+            }
+            _ => positional.push(a.clone()),
+        }
+    }
+    let [trace, entries] = positional.as_slice() else {
+        return Err("usage: policy_study TRACE ENTRIES[,ENTRIES...] [--shards N] \
+                    [--policies a,b] [--sizes] [--free PERCENT] [--window PERCENT] [--sketch COUNTERS_PER_ENTRY] [--aging N]"
+            .into());
+    };
+    let requests = read_oracle_general(trace, sizes)?;
+    let targets: Vec<u64> = entries
+        .split(',')
+        .map(|e| e.parse().map_err(|_| format!("bad entry count {e}")))
+        .collect::<Result<_, _>>()?;
+    for &target in &targets {
+        // The limit whose mean occupancy is the target: found once, with
+        // SIEVE (every policy fills to the limit and frees the same share).
+        let mut base = Config::new(Policy::Sieve, target);
+        base.shards = shards;
+        base.free_percent = free;
+        let limit = if sizes { target } else { limit_for_mean(base, target, &requests) };
+        for &policy in &policies {
+            let mut cfg = Config::new(policy, target);
+            cfg.shards = shards;
+            cfg.free_percent = free;
+            if let Some(w) = window {
+                cfg.window_percent = w;
+            }
+            if let Some(a) = aging {
+                cfg.sketch_aging = a;
+            }
+            if let Some(f) = sketch {
+                cfg.sketch_counters_per_entry = f;
+            }
+            if sizes {
+                // A byte budget: the item limit does not bind.
+                cfg.max_items = u64::MAX / 4;
+            } else {
+                cfg.max_items = limit;
+                cfg.capacity_bytes = limit;
+            }
+            let o = replay(cfg, requests.iter().copied());
+            println!(
+                "{{\"policy\":\"{}\",\"free\":{},\"target\":{},\"limit\":{},\"mean_items\":{:.1},\
+                 \"requests\":{},\"hits\":{},\"hit_ratio\":{:.6},\"byte_hit_ratio\":{:.6},\
+                 \"compactions\":{}}}",
+                policy.name(),
+                free,
+                target,
+                if sizes { cfg.capacity_bytes } else { cfg.max_items },
+                o.mean_items,
+                o.requests,
+                o.hits,
+                o.hit_ratio(),
+                if o.bytes > 0 { o.hit_bytes as f64 / o.bytes as f64 } else { 0.0 },
+                o.compactions,
+            );
+        }
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("policy_study: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
