@@ -55,6 +55,7 @@ __all__ = [
     "Opener",
     "PermissionDeniedError",
     "ShardLockTimeoutError",
+    "UpdateConflictError",
     "ValueTooLargeError",
     "__version__",
     "default_directory",
@@ -121,6 +122,9 @@ class CounterOverflowError(Error, OverflowError):
 
 class ShardLockTimeoutError(Error, TimeoutError):
     """A write could not take its shard's lock within the lock timeout."""
+
+class UpdateConflictError(Error, RuntimeError):
+    """An update lost its compare-and-swap too many times in a row; it wrote nothing."""
 
 @final
 class NativeCache:
@@ -205,7 +209,14 @@ class NativeCache:
     def pop(self, key: _Key) -> tuple[bytes, int] | None: ...
 
     # Typed path: native values encoded by flag; others come back as (flags, bytes).
-    def get_typed(self, key: _Key, default: _D = ...) -> _Native | tuple[int, bytes] | _D: ...
+    def get_typed(
+        self, key: _Key, default: _D = ..., *, version: bool = False
+    ) -> _Native | tuple[int, bytes] | _D | tuple[object, int]:
+        """The value (native types decoded), or ``default`` on a miss.
+
+        With ``version=True``: ``(value, version)``, version 0 on a miss; an
+        entry that does not decode reads as ``default`` with its real version.
+        """
     def set_typed(self, key: _Key, value: _Native, ttl_ms: int | None = None) -> None:
         """Store a bytes/str/int (64-bit)/float/bool/None value with its flag.
 
@@ -217,6 +228,22 @@ class NativeCache:
     def delete(self, key: _Key) -> bool: ...
     def delete_if_equals(self, key: _Key, value: bytes) -> bool:
         """Delete ``key`` only if its raw value is exactly ``value`` (atomic)."""
+    def get_entry_versioned(self, key: _Key) -> tuple[bytes, int, int] | None:
+        """Raw value, flags and version (never 0), or None on a miss."""
+    def cas(
+        self, key: _Key, value: bytes, version: int, ttl_ms: int | None = None, flags: int = 0
+    ) -> tuple[bool, int]:
+        """Store only if ``key``'s version is ``version`` (0: only if absent).
+
+        Returns ``(stored, version)``: the new version if it stored, else the
+        version found (0: absent), with nothing changed.
+        """
+    def cas_typed(
+        self, key: _Key, value: _Native, version: int, ttl_ms: int | None = None
+    ) -> tuple[bool, int]:
+        """``cas`` of a natively stored value (as ``set_typed`` encodes it)."""
+    def delete_if_version(self, key: _Key, version: int) -> bool:
+        """Delete ``key`` only if its version is ``version`` (0 never matches)."""
     def touch(self, key: _Key, ttl_ms: int | None = None) -> bool: ...
     def ttl_ms(self, key: _Key) -> int | None:
         """Milliseconds left (0 = never expires), None on a miss."""

@@ -2,7 +2,7 @@
 
 ``python -m nearcache.torture --duration 600`` runs N worker processes
 (default 8) doing a random mix of ``get``/``get_many``/``set``/``add``/
-``set_many``/``delete``/``pop``/``incr`` on a deliberately small cache, so
+``set_many``/``delete``/``pop``/``incr``/``cas`` on a deliberately small cache, so
 that shards are compacted and entries evicted all the time, while the
 coordinator process SIGKILLs random workers at random moments and restarts
 them.  Some kills are aimed: the victim is told to lock a shard and leave it
@@ -30,7 +30,10 @@ and every read is verified as it happens:
   32 bits must grow strictly with every increment a worker makes and never
   shrink between reads.  A counter that vanishes (evicted, deleted, or lost
   with its shard in a reset) is reborn with a new id: counters never go
-  backwards, they may only restart;
+  backwards, they may only restart.  Some increments are compare-and-swaps
+  (read with the version, write only if unchanged) racing the in-place
+  ones: one that stored over a write it did not read would take a counter
+  back below a count its writer saw;
 * **latency**: every operation is timed; one slower than ``--latency-bound``
   is a violation, and a watchdog flags (and kills) any operation blocked for
   longer than ``--stall-limit``;
@@ -171,12 +174,13 @@ _OP_NAMES = (
     "pop",
     "incr",
     "counter_get",
+    "cas_incr",
     "owned_set",
     "owned_get",
     "sweep",
     "nofile",
 )
-_OP_WEIGHTS = (34, 10, 22, 6, 3, 6, 2, 12, 5, 4, 6)  # sweep and nofile: from the config
+_OP_WEIGHTS = (34, 10, 22, 6, 3, 6, 2, 9, 5, 3, 4, 6)  # sweep and nofile: from the config
 _OWNED_KEYS = 12  # keys each worker owns
 _OWNED_SPILL_FRACTION = 0.3  # share of owned values kept in files
 
@@ -742,6 +746,8 @@ class _Worker:
                     self.verify(i, key, popped, now_ms)
             elif name == "incr":
                 self.incr(op)
+            elif name == "cas_incr":
+                self.cas_incr(op)
             elif name == "counter_get":
                 self.counter_get(op)
             elif name == "owned_set":
@@ -752,8 +758,6 @@ class _Worker:
                 self.sweep(op)
             else:
                 self.nofile(op)
-            # Compare-and-swap update loops (counter increments whose final
-            # total is checked) join here once the engine has `cas`.
         except _native.ShardLockTimeoutError:
             # A peer held the shard lock past the lock timeout (a worker
             # held mid-write before its kill): the write was refused,
@@ -791,6 +795,38 @@ class _Worker:
             self.timed(op, t)
             self.observe_counter(index, value, strict=True)
             return
+
+    def cas_incr(self, op: int) -> None:
+        """Increment a counter by compare-and-swap (read it with its version,
+        write the sum only if the version is unchanged), racing the in-place
+        increments of the same counters.  A CAS that stored over a write it
+        did not read would take the counter back below a count its writer
+        saw: the strict check of that writer's next increment catches it."""
+        index = self.rng.randrange(self.cfg.counters)
+        key = counter_key(index)
+        delta = self.rng.randrange(1, 4)
+        for _attempt in range(8):
+            t = self.begin()
+            got = self.cache.get_entry_versioned(key)
+            self.timed(op, t)
+            self.count_hit(got is not None)
+            if got is None:
+                return  # incr creates counters, with their birth id
+            value, flags, version = got
+            if flags != _COUNTER_FLAG or len(value) != 8:
+                self.violation(
+                    "counter has a foreign value", key=key, flags=flags, length=len(value)
+                )
+                return
+            old = int.from_bytes(value, "little", signed=True)
+            self.observe_counter(index, old, strict=False)
+            new = (old + delta).to_bytes(8, "little", signed=True)
+            t = self.begin()
+            stored, _ = self.cache.cas(key, new, version, None, _COUNTER_FLAG)
+            self.timed(op, t)
+            if stored:
+                self.observe_counter(index, old + delta, strict=True)
+                return
 
     def counter_get(self, op: int) -> None:
         index = self.rng.randrange(self.cfg.counters)

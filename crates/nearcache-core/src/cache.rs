@@ -23,7 +23,9 @@ use crate::error::{Error, Result};
 use crate::file::{self, Mapping, OpenOptions};
 use crate::hash::{hash_key, shard_of};
 use crate::layout::{entry_size, fh, Geometry, FLAG_SPILLED, HEADER_SIZE, MAX_KEY_LEN};
-use crate::shard::{self as shard_mod, Entry0, EntryRef, Now, SetMode, Shard, ShardGuard};
+use crate::shard::{
+    self as shard_mod, CasOutcome, Entry0, EntryRef, Now, SetMode, Shard, ShardGuard,
+};
 use crate::spill::{Refusal, SpillDir, SpillRef, SweepReport, REF_LEN, SWEEP_GRACE};
 use crate::stats::ShardStats;
 use std::collections::HashSet;
@@ -1208,6 +1210,212 @@ impl Cache {
         self.map.flush()
     }
 
+    // ---- versions and compare-and-swap (see "Versions" in shard.rs)
+
+    /// [`Cache::get_with`], plus the version of the entry the value was
+    /// read from (never 0). The pair is consistent: the value is the one
+    /// that version names. As with `get_with`, `f` may run more than once.
+    pub fn get_versioned_with<R>(
+        &self,
+        key: &[u8],
+        mut f: impl FnMut(EntryRef<'_>) -> R,
+    ) -> Result<Option<(R, u64)>> {
+        let (shard, h) = self.route(key)?;
+        for _ in 0..SPILL_READ_TRIES {
+            let mut now = Now::new();
+            let mut intercept = |e: EntryRef<'_>| {
+                let version = e.version();
+                (Hit::of(e, &mut f), version)
+            };
+            let hit = match shard.get_optimistic(key, h, &mut now, &mut intercept) {
+                Some(hit) => hit,
+                None => {
+                    let g = self.lock_for_read(shard)?;
+                    let hit = g.and_then(|g| g.get(key, h, &mut now, intercept));
+                    self.reap();
+                    hit
+                }
+            };
+            match hit {
+                None => return Ok(None),
+                Some((Hit::Value(r), v)) => return Ok(Some((r, v))),
+                // A spilled value's file never changes once published (a
+                // new value is a new file): what it holds is what the
+                // entry with this version named, even if the entry was
+                // replaced since (the version is then stale, and a CAS
+                // with it fails).
+                Some((Hit::Spilled(s), v)) => match self.finish_spilled(key, s, false, &mut f) {
+                    SpillRead::Got(r) => return Ok(Some((r, v))),
+                    SpillRead::Miss => return Ok(None),
+                    SpillRead::Again => continue,
+                },
+            }
+        }
+        Ok(None)
+    }
+
+    /// The value, flags and version of `key`.
+    pub fn get_versioned(&self, key: &[u8]) -> Result<Option<(Value, u64)>> {
+        self.get_versioned_with(key, |e| Value { data: e.to_vec(), flags: e.flags() })
+    }
+
+    /// The version of `key` now (0: absent), read under the lock. Like a
+    /// get, a lock wait that runs out reads as absent (0).
+    pub fn version(&self, key: &[u8]) -> Result<u64> {
+        let (shard, h) = self.route(key)?;
+        let Some(g) = self.lock_for_read(shard)? else { return Ok(0) };
+        let v = g.current_version(key, h, &mut Now::new());
+        drop(g);
+        self.reap();
+        Ok(v)
+    }
+
+    /// Compare-and-swap: store `value` (with `flags`, for `ttl_ms`, 0 =
+    /// never expires) only if `key`'s version is still `expected`; 0
+    /// means "only if absent" (an add that reports the version found).
+    /// [`CasOutcome::Stored`] carries the new version,
+    /// [`CasOutcome::Conflict`] the version found (0: absent), with the
+    /// cache unchanged. A CAS may fail although the value did not change
+    /// (a compaction moved the shard's entries): read again and retry.
+    /// Values above the spill threshold are spilled as by `set`.
+    pub fn cas(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        ttl_ms: u64,
+        expected: u64,
+    ) -> Result<CasOutcome> {
+        let (shard, h) = self.route(key)?;
+        Self::check_flags(flags)?;
+        if self.spills(key, value.len()) {
+            return self.cas_spilled((shard, h), key, value, flags, ttl_ms, expected);
+        }
+        self.check_fits(key, value.len())?;
+        let mut now = Now::new();
+        let exp = expires_for(ttl_ms, &mut now);
+        let g = self.lock_for_write(shard)?;
+        let out = g.cas(key, h, value, flags, exp, expected, &mut now);
+        drop(g);
+        self.reap();
+        out
+    }
+
+    /// [`Cache::cas`] of a value kept in a file: the file is written
+    /// first, outside the lock; the entry naming it is stored only if the
+    /// version still matches, and the file removed if not.
+    fn cas_spilled(
+        &self,
+        (shard, h): (&Shard, u64),
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        ttl_ms: u64,
+        expected: u64,
+    ) -> Result<CasOutcome> {
+        self.check_storable(key, value.len())?;
+        // Cheap early answer: writing the file is the expensive part. A
+        // write's lock wait: a timeout is an error, not an absent key.
+        let g = self.lock_for_write(shard)?;
+        let current = g.current_version(key, h, &mut Now::new());
+        drop(g);
+        self.reap();
+        if current != expected {
+            return Ok(CasOutcome::Conflict(current));
+        }
+        let len = value.len() as u64;
+        self.sweep_if_due();
+        self.reserve_spill(len)?;
+        let unreserve = || saturating_sub(header_word(&self.map, fh::SPILL_BYTES), len);
+        let written = self.spill_dir(true).and_then(|dir| {
+            let dir = dir.expect("created");
+            dir.write(value).map(|(r, publishing)| (dir, r, publishing))
+        });
+        let (dir, r, publishing) = match written {
+            Ok(w) => w,
+            Err(e) => {
+                unreserve();
+                return Err(e);
+            }
+        };
+        let mut now = Now::new();
+        let exp = expires_for(ttl_ms, &mut now);
+        let out = self.lock_for_write(shard).and_then(|g| {
+            g.cas(key, h, &r.to_bytes(), flags | FLAG_SPILLED, exp, expected, &mut now)
+        });
+        match out {
+            Ok(CasOutcome::Stored(_)) => {
+                header_word(&self.map, fh::SPILL_VALUES).fetch_add(1, Ordering::Relaxed);
+            }
+            _ => {
+                // Whoever removes the file gives its bytes back (once).
+                if dir.remove(r.id) {
+                    unreserve();
+                }
+            }
+        }
+        // Published (or removed): sweeps may examine the file now.
+        drop(publishing);
+        self.reap();
+        out
+    }
+
+    /// Delete `key` only if its version is `expected` (0 never matches:
+    /// an absent key has nothing to delete). Returns whether it deleted.
+    pub fn delete_if_version(&self, key: &[u8], expected: u64) -> Result<bool> {
+        let (shard, h) = self.route(key)?;
+        let g = self.lock_for_write(shard)?;
+        let removed = g.delete_if_version(key, h, expected, &mut Now::new());
+        drop(g);
+        self.reap();
+        Ok(removed)
+    }
+
+    /// Atomic read-modify-write of `key`: read its value and version, let
+    /// `f` decide from the value (None: absent) what becomes of it, and
+    /// write that with [`Cache::cas`] (or [`Cache::delete_if_version`]);
+    /// if another writer changed the key in between, read again and call
+    /// `f` again. `f` runs outside any lock, on a private copy of the
+    /// value, so it may take its time and may run several times; only the
+    /// decision of the run that wins is written. Each attempt waits at
+    /// most the lock timeout; after `opts.max_conflicts` lost attempts in
+    /// a row it fails with [`Error::TooManyConflicts`], the last attempt
+    /// having written nothing.
+    pub fn update<F>(&self, key: &[u8], mut f: F, opts: &UpdateOptions) -> Result<Updated>
+    where
+        F: FnMut(Option<EntryRef<'_>>) -> Update,
+    {
+        let mut conflicts = 0u32;
+        loop {
+            let read = self.get_versioned_with(key, |e| (e.to_vec(), e.flags(), e.expires_ms()))?;
+            let (decision, expected) = match &read {
+                Some(((data, flags, exp), v)) => {
+                    (f(Some(EntryRef::owned(data, *flags, *exp, *v))), *v)
+                }
+                None => (f(None), 0),
+            };
+            let won = match decision {
+                Update::Keep => return Ok(Updated::Kept(expected)),
+                Update::Set(value, flags) => {
+                    match self.cas(key, &value, flags, opts.ttl_ms, expected)? {
+                        CasOutcome::Stored(v) => return Ok(Updated::Stored(v)),
+                        CasOutcome::Conflict(_) => false,
+                    }
+                }
+                Update::Delete if expected == 0 => return Ok(Updated::Deleted),
+                Update::Delete => self.delete_if_version(key, expected)?,
+            };
+            if won {
+                return Ok(Updated::Deleted);
+            }
+            conflicts += 1;
+            if conflicts >= opts.max_conflicts.max(1) {
+                return Err(Error::TooManyConflicts { conflicts });
+            }
+            backoff(conflicts);
+        }
+    }
+
     /// Test hook: lock the shard of `key`, leave it half-written (seq odd)
     /// and block for `hold`, as a process stalled or killed inside a write
     /// would. Used by crash-recovery tests; never called in normal use.
@@ -1267,6 +1475,62 @@ impl Cache {
     /// Index of the shard holding `key`.
     pub fn shard_index(&self, key: &[u8]) -> usize {
         shard_of(hash_key(self.geo.seed, key), self.geo.shard_count)
+    }
+}
+
+/// What an [`Cache::update`] callback decides.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Update {
+    /// Store this value with these flags.
+    Set(Vec<u8>, u32),
+    /// Remove the key.
+    Delete,
+    /// Leave the key as it is (nothing is written).
+    Keep,
+}
+
+/// What an [`Cache::update`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Updated {
+    /// Stored; the new version.
+    Stored(u64),
+    /// The key is absent now (deleted by this update, or already absent
+    /// when the callback asked for a delete).
+    Deleted,
+    /// The callback kept the value; the version it saw (0: absent).
+    Kept(u64),
+}
+
+/// Options of [`Cache::update`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UpdateOptions {
+    /// TTL of a stored value in ms (0 = never expires).
+    pub ttl_ms: u64,
+    /// Attempts lost to other writers, in a row, before
+    /// [`Error::TooManyConflicts`].
+    pub max_conflicts: u32,
+}
+
+/// Conflicts an update accepts by default before it gives up. Every lost
+/// attempt means another writer's attempt won, so the key moves on; a run
+/// this long means the key is written faster than this caller's callback
+/// and round trip can follow.
+pub const DEFAULT_MAX_CONFLICTS: u32 = 10_000;
+
+impl Default for UpdateOptions {
+    fn default() -> Self {
+        UpdateOptions { ttl_ms: 0, max_conflicts: DEFAULT_MAX_CONFLICTS }
+    }
+}
+
+/// Pause after the `n`th conflict in a row of one update: give the core
+/// away at first, then sleep a little longer each time (at most 1 ms), so
+/// that writers racing for one key spread out instead of colliding again.
+fn backoff(n: u32) {
+    if n < 4 {
+        std::thread::yield_now();
+    } else {
+        std::thread::sleep(std::time::Duration::from_micros(u64::from(n.min(1000))));
     }
 }
 

@@ -8,10 +8,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from nearcache import _native
+from nearcache import _native, torture
 from nearcache.torture import (
     TortureConfig,
     TortureReport,
@@ -203,6 +204,41 @@ def test_planted_faults_are_reported(tmp_path: Path) -> None:
     assert kinds.get("counter went backwards", 0) > 0
     errors = {s.get("error", "") for s in report.violation_samples}
     assert any("foreign" in e for e in errors) and any("checksum" in e for e in errors)
+
+
+def test_a_compare_and_swap_that_ignores_versions_is_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The workers' compare-and-swap increments made blind (a plain set of
+    # what they read plus delta), racing the in-place increments: the lost
+    # updates take counters back below counts their writers saw. The
+    # workers are forked, so they inherit the patch.
+    def blind_cas_incr(self: Any, op: int) -> None:
+        key = counter_key(self.rng.randrange(self.cfg.counters))
+        got = self.cache.get_entry(key)
+        if got is not None and got[1] == _native.FLAG_INT:
+            time.sleep(0.0002)  # widen the window a concurrent incr falls into
+            value = int.from_bytes(got[0], "little", signed=True) + 1
+            self.cache.set(key, value.to_bytes(8, "little", signed=True), None, _native.FLAG_INT)
+
+    monkeypatch.setattr(torture._Worker, "cas_incr", blind_cas_incr)
+    only = ("incr", "cas_incr")
+    # _OP_WEIGHTS covers every operation but the last two (sweep, nofile),
+    # whose weights come from the configuration.
+    named = torture._OP_NAMES[: len(torture._OP_WEIGHTS)]
+    weights = tuple(5 if name in only else 0 for name in named)
+    monkeypatch.setattr(torture, "_OP_WEIGHTS", weights)
+    cfg = TortureConfig(
+        duration=3.0,
+        workers=3,
+        counters=2,
+        kill_interval=0,
+        sweep_weight=0,
+        nofile_weight=0,
+        directory=str(tmp_path),
+    )
+    report = run(cfg)
+    assert report.violation_kinds.get("counter went backwards", 0) > 0, report.render()
 
 
 def _delete_owned(directory: Path, seconds: float) -> None:
