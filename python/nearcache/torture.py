@@ -34,6 +34,9 @@ and every read is verified as it happens:
   (read with the version, write only if unchanged) racing the in-place
   ones: one that stored over a write it did not read would take a counter
   back below a count its writer saw;
+* **compare-and-swap total**: after the workers stop, 4 processes add 1 to
+  one counter 10,000 times each by CAS loops while one of them is SIGKILLed
+  mid-loop: the total must be the acknowledged increments, or one more;
 * **latency**: every operation is timed; one slower than ``--latency-bound``
   is a violation, and a watchdog flags (and kills) any operation blocked for
   longer than ``--stall-limit``;
@@ -163,6 +166,9 @@ _NOFILE_REFUSED = _OWNED_FORGIVEN + 4  # operations refused for want of a descri
 _RELATIVE = _OWNED_FORGIVEN + 5  # worker starts that opened through a relative path
 _SLOT_WORDS = _HIST + _HIST_BUCKETS + 8
 _G_PAUSE = 1  # coordinator: 1 while every process must detach (re-open storm)
+_G_CAS_ACKED = 2  # words 2..2+_CAS_TOTAL_PROCS: CAS increments acknowledged per process
+_CAS_TOTAL_PROCS = 4
+_CAS_TOTAL_KEY = b"cas:total"
 
 _OP_NAMES = (
     "get",
@@ -894,6 +900,37 @@ def _drop_inherited(path: str) -> None:
                 os.close(int(name))
 
 
+def _cas_total_main(path: str, area: mmap.mmap, index: int, increments: int) -> None:
+    """A forked process adding 1 to one counter ``increments`` times by
+    compare-and-swap (read with its version, store only if unchanged, retry
+    on a conflict), counting each acknowledged increment in the shared area
+    after ``cas`` returned. Never returns."""
+    code = 0
+    try:
+        words = _words(area)
+        cache = _native.NativeCache(path, 0, create=False)
+        zero = (0).to_bytes(8, "little", signed=True)
+        for _ in range(increments):
+            while True:
+                got = cache.get_entry_versioned(_CAS_TOTAL_KEY)
+                if got is None:
+                    cache.cas(_CAS_TOTAL_KEY, zero, 0, None, _COUNTER_FLAG)
+                    continue
+                value, _flags, version = got
+                new = (int.from_bytes(value, "little", signed=True) + 1).to_bytes(
+                    8, "little", signed=True
+                )
+                stored, _ = cache.cas(_CAS_TOTAL_KEY, new, version, None, _COUNTER_FLAG)
+                if stored:
+                    break
+            words[_G_CAS_ACKED + index] += 1
+    except BaseException:
+        traceback.print_exc()
+        code = 3
+    finally:
+        os._exit(code)
+
+
 def _wait_zombie(pid: int, limit: float) -> bool:
     """Wait until killed process ``pid`` is a zombie (exited, not reaped)."""
     deadline = time.monotonic() + limit
@@ -1203,8 +1240,56 @@ class _Coordinator:
             "files": files,
         }
 
+    def cas_total(self) -> dict[str, int]:
+        """Processes racing compare-and-swap increments of one counter, one
+        of them SIGKILLed mid-loop: the total must be the sum of the
+        acknowledged increments, or one more (the killed process's last,
+        stored but not yet acknowledged). Run after the workers stopped,
+        so nothing evicts the counter; a shard reset (a kill inside a
+        compaction) is the one counted reason for it to vanish."""
+        w, n = self.words, 10_000
+        self.cache.delete(_CAS_TOTAL_KEY)
+        shard = self.cache.shard_of(_CAS_TOTAL_KEY)
+        resets0 = self.cache.shard_stats()[shard]["resets"]
+        pids = []
+        for index in range(_CAS_TOTAL_PROCS):
+            w[_G_CAS_ACKED + index] = 0
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - runs in the child, which exits
+                _cas_total_main(self.path, self.area, index, n)
+            pids.append(pid)
+        victim = self.rng.randrange(_CAS_TOTAL_PROCS)
+        # Mid-loop: once the victim has acknowledged a random share of the
+        # first half (the second half leaves the coordinator time to be
+        # scheduled on a loaded machine).
+        at = self.rng.randrange(1, n // 2)
+        deadline = time.monotonic() + self.cfg.stall_limit
+        while w[_G_CAS_ACKED + victim] < at and time.monotonic() < deadline:
+            time.sleep(0.0002)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pids[victim], signal.SIGKILL)
+        for index, pid in enumerate(pids):
+            _, status = os.waitpid(pid, 0)
+            if index != victim and not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0):
+                self.exited(-1, pid, status)
+        acked = sum(w[_G_CAS_ACKED + i] for i in range(_CAS_TOTAL_PROCS))
+        got = self.cache.get_entry(_CAS_TOTAL_KEY)
+        total = int.from_bytes(got[0], "little", signed=True) if got is not None else -1
+        reset = self.cache.shard_stats()[shard]["resets"] != resets0
+        if not reset and not acked <= total <= acked + 1:
+            self.violation("CAS increments lost or doubled", total=total, acknowledged=acked)
+        return {
+            "cas_total_processes": _CAS_TOTAL_PROCS,
+            "cas_total_acknowledged": acked,
+            "cas_total_final": total,
+            "cas_total_reset": int(reset),
+        }
+
     def finish(self, stats0: dict[str, int], elapsed: float) -> TortureReport:
         cfg, w = self.cfg, self.words
+        cas_total = self.cas_total()
         final_check = self.final_scan()
         stats = self.cache.stats()
         if stats["corruptions"] != stats0["corruptions"]:
@@ -1291,6 +1376,7 @@ class _Coordinator:
                 "relative_opens": total(_RELATIVE),
                 "owned_reads": total(_OWNED),
                 "owned_gone_with_reason": total(_OWNED_FORGIVEN),
+                **cas_total,
             },
             violations=violations,
             violation_kinds=kinds,

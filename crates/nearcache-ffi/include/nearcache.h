@@ -41,7 +41,9 @@ typedef enum NcStatus {
   // An engine error this version of the ABI has no specific code for.
   NC_OTHER = 14,
   // A write could not take its shard's lock within the lock timeout
-  // (another live process holds it: stopped, traced). Nothing changed.
+  // (another live process holds it: stopped, traced), or `nc_open` could
+  // not attach because a process repairing the file alone is stopped,
+  // traced or not finishing (the message names its pid). Nothing changed.
   NC_LOCK_TIMEOUT = 15,
 } NcStatus;
 
