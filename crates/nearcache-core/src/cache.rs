@@ -13,6 +13,17 @@
 //! dropped, so a call racing with close on another thread never touches
 //! unmapped memory.
 //!
+//! Room on the file system. Each handle keeps a reserve of the file system
+//! free (`OpenOptions::fs_reserve`, resolved once at open): shards do not
+//! grow into it (`shard.rs`), and spilled values' files are not written
+//! into it (`spill.rs`). When a spilled value finds no room (the reserve,
+//! or a full file system), `make_room` evicts spilled values first, then
+//! has shards give memory back from a moving hand (`ShardGuard::give_back`,
+//! each its share of what is short plus one growth step, so the work
+//! follows the value's length), until `fstatvfs` shows the value and the
+//! reserve free; the value is written once more, and only then refused,
+//! with what was tried.
+//!
 //! Every handle of one file in a process shares one mapping: opening a file
 //! this process already has mapped reuses it (see `registry.rs`), and the
 //! file is unmapped, and the process detached from it, when the last handle

@@ -7,7 +7,10 @@
 //! `fallocate` (the shards reserve the rest as they fill, see `shard.rs`;
 //! with `preallocate`, off tmpfs, or where `fallocate` is unsupported, the
 //! whole file is reserved with `posix_fallocate`), so a full tmpfs fails here or at a
-//! later growth with a clear error instead of a SIGBUS; fully initialised,
+//! later growth with a clear error instead of a SIGBUS (and a reserve of the
+//! file system, `OpenOptions::fs_reserve`, is left free: checked with
+//! `fstatvfs` before each lazy reservation, and once before a whole file is
+//! reserved); fully initialised,
 //! and then linked to its final name
 //! (which never replaces an existing file). A process killed half-way leaves
 //! no half-initialised cache (and with `O_TMPFILE` nothing at all); two
@@ -136,7 +139,7 @@ pub const DEFAULT_SPILL_BUDGET: u64 = 1 << 30;
 /// smaller than 32 MiB (8 MiB of Docker's 64 MiB `/dev/shm`, 1 GiB of a
 /// host's 24 GiB one, 4 MiB of a 16 MiB tmpfs).
 pub fn default_fs_reserve(fs_size: u64) -> u64 {
-    (fs_size / 10).max(8 << 20).min(1 << 30).min(fs_size / 4)
+    (fs_size / 10).clamp(8 << 20, 1 << 30).min(fs_size / 4)
 }
 
 impl Default for OpenOptions {

@@ -126,8 +126,14 @@
 //! preallocated shard does. A set whose entry exceeds the whole reserved
 //! arena fails with `Error::Full` before anything is changed. Since no
 //! page is written, or read, before it is reserved, a full tmpfs can never
-//! raise SIGBUS. `clear` gives a lazy shard's memory back (the pages are
-//! punched out after the words are lowered). Preallocated files (`preallocate`, and every file written
+//! raise SIGBUS. A growth that would leave less of the file system
+//! available than the handle's reserve (`OpenOptions::fs_reserve`; one
+//! `fstatvfs` per growth step, none once the shard is grown) is refused
+//! the same way. `clear` gives a lazy shard's memory back (the pages are
+//! punched out after the words are lowered), and so does `give_back`, to
+//! make room for a spilled value: it evicts and compacts, lowers
+//! `ARENA_RESERVED` to the bump rounded up to the growth step and punches
+//! the pages above, inside a move (readers that overlap it retry). Preallocated files (`preallocate`, and every file written
 //! before lazy reservation) read both words as "everything".
 
 use crate::counters::{Counter, Stripes};
@@ -591,7 +597,11 @@ impl Shard {
         }
         self.reserve(0, SHARD_HEADER_SIZE + self.initial_active * 8).map_err(|e| {
             if crate::file::is_no_room(&e) {
-                Error::Full(format!("cannot reserve a shard header: {e}"))
+                Error::Full(format!(
+                    "cannot reserve a shard header: {e} (the file system is full, or down to \
+                     the {} bytes this cache leaves free: the fs_reserve option, 0 turns it off)",
+                    self.fs_reserve
+                ))
             } else {
                 Error::io("fallocate shard header", e)
             }

@@ -72,6 +72,12 @@
 //! and bounded by the handle's spill budget (`OpenOptions::spill_budget`):
 //! a spill that would pass it first evicts spilled values (SIEVE order,
 //! shard by shard; see `Cache::reserve_spill`).
+//!
+//! The file system's reserve (`OpenOptions::fs_reserve`): a file that
+//! would leave less than the reserve available is refused before it is
+//! created, as a full file system refuses it (one `fstatvfs` per value).
+//! Either refusal sends the value to `Cache::make_room`, which evicts
+//! spilled values, then has shards give memory back, and writes once more.
 
 use crate::error::{Error, Result};
 use std::cell::Cell;
