@@ -365,11 +365,7 @@ def _prepare(
             else parse_size(spill_budget)
         )
         fs_reserve_bytes = (
-            None
-            if fs_reserve is None
-            else 0
-            if fs_reserve in (0, "0")
-            else parse_size(fs_reserve)
+            None if fs_reserve is None else 0 if fs_reserve in (0, "0") else parse_size(fs_reserve)
         )
     except (TypeError, ValueError) as exc:
         raise ConfigurationError(str(exc)) from exc

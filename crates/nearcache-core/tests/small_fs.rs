@@ -142,7 +142,11 @@ fn a_spilled_value_is_stored_by_evicting() {
     // 300 KB: above the spill threshold, more than the reserve leaves.
     let big: Vec<u8> = (0..300_000u32).map(|i| (i * 7 + 3) as u8).collect();
     assert!(fs.avail() < RESERVE + big.len() as u64, "the case needs a full file system");
+    let held = c.stats().unwrap().held_bytes;
     c.set(b"big", &big, 0, 0).unwrap();
+    // The shards gave memory back (no spilled value to evict yet).
+    let given = held - c.stats().unwrap().held_bytes;
+    assert!(given >= 200_000, "{given} bytes given back");
     assert_eq!(c.get(b"big").unwrap().unwrap().data, big);
     assert!(fs.avail() >= RESERVE, "the reserve is kept: {}", fs.avail());
     // Entries were evicted to make the room, and the rest read back right.
@@ -164,6 +168,45 @@ fn a_spilled_value_is_stored_by_evicting() {
         assert_eq!(c.get(k.as_bytes()).unwrap().unwrap().data, big);
     }
     assert!(fs.avail() >= RESERVE);
+}
+
+#[test]
+fn readers_see_whole_values_while_shards_give_memory_back() {
+    let Some(fs) = SmallFs::mount("readers") else { return };
+    let c = Cache::open(fs.path().join("c"), &opts(Some(RESERVE))).unwrap();
+    let n = fill(&c);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let big: Vec<u8> = (0..300_000u32).map(|i| (i * 13 + 1) as u8).collect();
+    std::thread::scope(|s| {
+        for t in 0..2u64 {
+            let (c, stop) = (&c, &stop);
+            s.spawn(move || {
+                let mut i = t;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let k = format!("fragment-{}", i % n);
+                    if let Some(v) = c.get(k.as_bytes()).unwrap() {
+                        assert_eq!(v.data, make_value(k.as_bytes(), i % n, 1600), "{k}");
+                    }
+                    i += 7;
+                }
+            });
+        }
+        // Each round refills the shards up to the reserve, then a spilled
+        // value makes room (spilled values go first, then shard memory).
+        for round in 0..4 {
+            for i in 0..2000 {
+                let k = format!("fragment-{}", (round * 2000 + i) % n);
+                let seq = (round * 2000 + i) % n;
+                c.set(k.as_bytes(), &make_value(k.as_bytes(), seq, 1600), 0, 0).unwrap();
+            }
+            let k = format!("big-{round}");
+            c.set(k.as_bytes(), &big, 0, 0).unwrap();
+            assert_eq!(c.get(k.as_bytes()).unwrap().unwrap().data, big);
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    assert!(fs.avail() >= RESERVE);
+    assert_eq!(c.check().unwrap().repaired_shards, 0);
 }
 
 #[test]

@@ -76,3 +76,14 @@ def test_a_reserve_larger_than_the_file_system_refuses_to_grow(tmp_path: Path) -
     with pytest.raises(CacheFullError, match="fs_reserve"):
         Cache(path=tmp_path / "c", size="1MiB", fs_reserve=1 << 50)
     assert not (tmp_path / "c").exists()
+
+
+def test_django_passes_fs_reserve(tmp_path: Path) -> None:
+    pytest.importorskip("django")
+    from nearcache.contrib.django import NearCache
+
+    with pytest.raises(CacheFullError, match="fs_reserve"):
+        NearCache(str(tmp_path / "refused"), {"OPTIONS": {"size": "1MiB", "fs_reserve": 1 << 50}})
+    site = NearCache(str(tmp_path / "site"), {"OPTIONS": {"size": "1MiB", "fs_reserve": "4MiB"}})
+    site.set("k", 1)
+    assert site.get("k") == 1
