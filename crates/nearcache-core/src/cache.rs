@@ -222,9 +222,9 @@ impl Cache {
             None => (Cache::map_file(path, opts)?, true),
         };
         let geo = map.geo;
-        // One fstatvfs per open, for the default reserve of the file
-        // system's size; growths and spills then check it once each.
-        let fs_reserve = file::fs_reserve_of(map.file.as_raw_fd(), opts.fs_reserve);
+        // The default reserve was read once, when the file was mapped;
+        // growths and spills then check it with one fstatvfs each.
+        let fs_reserve = map.fs_reserve(opts.fs_reserve);
         let cache = Cache {
             max_entry: geo.max_entry_size(),
             geo,
@@ -261,14 +261,14 @@ impl Cache {
     /// Open (or create) and map the file, and register the mapping.
     fn map_file(path: &Path, opts: &OpenOptions) -> Result<Arc<Mapping>> {
         let init = |m: &Mapping, g: &Geometry| {
-            let keep = file::fs_reserve_of(m.file.as_raw_fd(), opts.fs_reserve);
+            let keep = m.fs_reserve(opts.fs_reserve);
             for s in shards_of(m, g, keep) {
                 s.init()?;
             }
             Ok(())
         };
         let reattach = |m: &Mapping, g: &Geometry| {
-            let keep = file::fs_reserve_of(m.file.as_raw_fd(), opts.fs_reserve);
+            let keep = m.fs_reserve(opts.fs_reserve);
             for s in shards_of(m, g, keep) {
                 s.reattach_exclusive()?;
             }

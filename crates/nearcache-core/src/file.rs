@@ -182,6 +182,10 @@ pub(crate) struct Mapping {
     attached: bool,
     /// Registration with the SIGBUS handler; released before munmap.
     sigbus: Option<crate::sigbus::Guard>,
+    /// [`default_fs_reserve`] of the file's file system, read once at
+    /// mapping (0 if it cannot be read), so that opening another handle
+    /// costs no `fstatvfs`.
+    default_fs_reserve: u64,
 }
 
 // SAFETY: the mapping is MAP_SHARED memory that is only accessed through
@@ -208,6 +212,7 @@ impl Mapping {
     fn new(file: File, ptr: *mut u8, geo: Geometry, lazy: bool, id: FileId) -> Mapping {
         let len = geo.total_size();
         let sigbus = Some(crate::sigbus::register(ptr, len, file.as_raw_fd()));
+        let default_fs_reserve = fs_reserve_of(file.as_raw_fd(), None);
         Mapping {
             file,
             ptr,
@@ -220,6 +225,7 @@ impl Mapping {
             how: Attach::Created,
             attached: false,
             sigbus,
+            default_fs_reserve,
         }
     }
 
@@ -662,6 +668,14 @@ pub(crate) fn fs_space(fd: i32) -> io::Result<(u64, u64)> {
     }
     let frsize = st.f_frsize as u64;
     Ok(((st.f_blocks as u64).saturating_mul(frsize), (st.f_bavail as u64).saturating_mul(frsize)))
+}
+
+impl Mapping {
+    /// The reserve in bytes a handle of this mapping keeps free on the
+    /// file system: `option`, or the default read at mapping.
+    pub(crate) fn fs_reserve(&self, option: Option<u64>) -> u64 {
+        option.unwrap_or(self.default_fs_reserve)
+    }
 }
 
 /// The reserve in bytes a handle keeps on the file system of `fd`: the
