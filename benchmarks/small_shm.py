@@ -50,7 +50,7 @@ OTHER_BYTES = 20 * MIB
 VALUE_BYTES = 1600
 BIG_VALUE = 300_000
 #: The reserve the goal asks a default cache to leave free (the engine's
-#: default once it has one; see docs/reliability.md).
+#: default on a 64 MiB file system; see docs/reliability.md).
 GOAL_RESERVE = 8 * MIB
 _INNER = "NEARCACHE_SMALL_SHM_INNER"
 

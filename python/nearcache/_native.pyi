@@ -146,6 +146,7 @@ class NativeCache:
         on_lock_timeout: str = "raise",
         spill_threshold: int | None = None,
         spill_budget: int | None = None,
+        fs_reserve: int | None = None,
     ) -> NativeCache:
         """Open ``path`` or create it with ``size`` bytes in ``shards`` shards.
 
@@ -169,6 +170,10 @@ class NativeCache:
         Values longer than ``spill_threshold`` bytes (default 128 KiB) or too
         large for a shard are kept in files beside the cache, which hold at
         most ``spill_budget`` bytes (default 1 GiB; 0 disables spilling).
+
+        ``fs_reserve`` bytes of the file system are left free: a shard does
+        not grow, nor a spilled value's file get written, past it (None: the
+        larger of 8 MiB and 10% of the file system, at most 1 GiB; 0: off).
         """
 
     @property
@@ -330,6 +335,7 @@ class Opener:
         spill_threshold: int | None = None,
         spill_budget: int | None = None,
         size_if_missing: int = 0,
+        fs_reserve: int | None = None,
     ) -> Opener:
         """The options of ``NativeCache(path, size, shards, ...)``, but
         ``recreate`` and ``create``, which each open takes.

@@ -332,6 +332,7 @@ def _prepare(
     on_lock_timeout: str,
     spill_threshold: Size | None,
     spill_budget: Size | None,
+    fs_reserve: Size | None,
 ) -> _Prepared:
     """Parse and check a Cache's options (see :class:`Cache`); ``obj`` is the
     Cache being opened (its class is checked before the engine's options)."""
@@ -357,6 +358,9 @@ def _prepare(
             else 0
             if spill_budget in (0, "0")
             else parse_size(spill_budget)
+        )
+        fs_reserve_bytes = (
+            None if fs_reserve is None else 0 if fs_reserve in (0, "0") else parse_size(fs_reserve)
         )
     except (TypeError, ValueError) as exc:
         raise ConfigurationError(str(exc)) from exc
@@ -389,6 +393,7 @@ def _prepare(
         "on_lock_timeout": on_lock_timeout,
         "spill_threshold": spill_threshold,
         "spill_budget": spill_budget,
+        "fs_reserve": fs_reserve,
     }
     if codec.signed:
         direct_types: frozenset[Any] = frozenset()
@@ -413,6 +418,7 @@ def _prepare(
         spill_threshold=spill_threshold_bytes,
         spill_budget=spill_budget_bytes,
         size_if_missing=DEFAULT_SIZE if size_bytes is None else 0,
+        fs_reserve=fs_reserve_bytes,
     )
     return _Prepared(
         name,
@@ -484,6 +490,13 @@ class Cache(PolicyMethods):
         ``spill_budget=0`` disables spilling: values too large for a shard
         raise :class:`~nearcache.errors.ValueTooLargeError`.  See the guide,
         "Large values".
+    ``fs_reserve``
+        Bytes of the file system (``/dev/shm``) the cache leaves free for
+        other programs: a shard does not grow, and a spilled value's file is
+        not written, past it (the shard evicts instead; a spilled value
+        first makes room by evicting).  Default: the larger of 8 MiB and 10%
+        of the file system, at most 1 GiB (and at most a quarter of a file
+        system smaller than 32 MiB); e.g. ``"16MiB"``; ``0`` turns it off.
 
     >>> with Cache("doc-cache", size="1MiB", ttl=300, prefix="app1:") as c:
     ...     c["answer"] = 42
@@ -511,6 +524,7 @@ class Cache(PolicyMethods):
         on_lock_timeout: str = "raise",
         spill_threshold: Size | None = None,
         spill_budget: Size | None = None,
+        fs_reserve: Size | None = None,
     ) -> None:
         # Opening per request is a pattern the seeds measure: options already
         # parsed once in this process are not parsed again (the cache of
@@ -532,6 +546,7 @@ class Cache(PolicyMethods):
             on_lock_timeout,
             spill_threshold,
             spill_budget,
+            fs_reserve,
             _directory_name() if path is None else None,
         )
         last = _LAST

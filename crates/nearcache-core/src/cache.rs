@@ -13,6 +13,17 @@
 //! dropped, so a call racing with close on another thread never touches
 //! unmapped memory.
 //!
+//! Room on the file system. Each handle keeps a reserve of the file system
+//! free (`OpenOptions::fs_reserve`, resolved once at open): shards do not
+//! grow into it (`shard.rs`), and spilled values' files are not written
+//! into it (`spill.rs`). When a spilled value finds no room (the reserve,
+//! or a full file system), `make_room` evicts spilled values first, then
+//! has shards give memory back from a moving hand (`ShardGuard::give_back`,
+//! each its share of what is short plus one growth step, so the work
+//! follows the value's length), until `fstatvfs` shows the value and the
+//! reserve free; the value is written once more, and only then refused,
+//! with what was tried.
+//!
 //! Every handle of one file in a process shares one mapping: opening a file
 //! this process already has mapped reuses it (see `registry.rs`), and the
 //! file is unmapped, and the process detached from it, when the last handle
@@ -22,11 +33,11 @@ use crate::counters::{Counter, Stripes};
 use crate::error::{Error, Result};
 use crate::file::{self, Mapping, OpenOptions};
 use crate::hash::{hash_key, shard_of};
-use crate::layout::{entry_size, fh, Geometry, FLAG_SPILLED, HEADER_SIZE, MAX_KEY_LEN};
+use crate::layout::{entry_size, fh, Geometry, FLAG_SPILLED, GROW_CHUNK, HEADER_SIZE, MAX_KEY_LEN};
 use crate::shard::{
     self as shard_mod, CasOutcome, Entry0, EntryRef, Now, SetMode, Shard, ShardGuard,
 };
-use crate::spill::{Refusal, SpillDir, SpillRef, SweepReport, REF_LEN, SWEEP_GRACE};
+use crate::spill::{Publishing, Refusal, SpillDir, SpillRef, SweepReport, REF_LEN, SWEEP_GRACE};
 use crate::stats::ShardStats;
 use std::collections::HashSet;
 use std::os::fd::AsRawFd;
@@ -130,6 +141,11 @@ pub struct Cache {
     spill: OnceLock<SpillDir>,
     /// Where the next budget eviction starts (a shard index).
     spill_hand: AtomicUsize,
+    /// Bytes of the file system this handle leaves free (`fs_reserve`,
+    /// resolved at open; 0: none).
+    fs_reserve: u64,
+    /// Where the next shard gives memory back for a spilled value.
+    room_hand: AtomicUsize,
 }
 
 impl std::fmt::Debug for Cache {
@@ -159,7 +175,9 @@ fn stripes_of(m: &Mapping) -> Stripes {
     unsafe { Stripes::new(m.ptr) }
 }
 
-fn shards_of(m: &Mapping, geo: &Geometry) -> Vec<Shard> {
+/// The shards of `m`, whose growths leave `fs_reserve` bytes of the file
+/// system free.
+fn shards_of(m: &Mapping, geo: &Geometry, fs_reserve: u64) -> Vec<Shard> {
     let stripes = stripes_of(m);
     (0..geo.shard_count)
         .map(|i| {
@@ -169,7 +187,8 @@ fn shards_of(m: &Mapping, geo: &Geometry) -> Vec<Shard> {
             // The file descriptor stays open as long as the mapping.
             unsafe {
                 let off = HEADER_SIZE + i * geo.shard_size;
-                Shard::new(m.ptr.add(off), geo, m.lazy, m.file.as_raw_fd(), off, stripes)
+                let fd = m.file.as_raw_fd();
+                Shard::new(m.ptr.add(off), geo, m.lazy, fd, off, stripes, fs_reserve)
             }
         })
         .collect()
@@ -203,10 +222,14 @@ impl Cache {
             None => (Cache::map_file(path, opts)?, true),
         };
         let geo = map.geo;
+        // The default reserve was read once, when the file was mapped;
+        // growths and spills then check it with one fstatvfs each.
+        let fs_reserve = map.fs_reserve(opts.fs_reserve);
         let cache = Cache {
             max_entry: geo.max_entry_size(),
             geo,
-            shards: shards_of(&map, &geo),
+            shards: shards_of(&map, &geo, fs_reserve),
+            fs_reserve,
             map,
             path: path.to_path_buf(),
             lock_timeout: opts.lock_timeout,
@@ -218,6 +241,7 @@ impl Cache {
             // Where the spill sweeps start: this process's id (cached, so
             // opening costs no getpid).
             spill_hand: AtomicUsize::new(crate::lock::my_pid() as usize),
+            room_hand: AtomicUsize::new(crate::lock::my_pid() as usize),
         };
         if first_here
             && cache.spill_budget > 0
@@ -237,13 +261,15 @@ impl Cache {
     /// Open (or create) and map the file, and register the mapping.
     fn map_file(path: &Path, opts: &OpenOptions) -> Result<Arc<Mapping>> {
         let init = |m: &Mapping, g: &Geometry| {
-            for s in shards_of(m, g) {
+            let keep = m.fs_reserve(opts.fs_reserve);
+            for s in shards_of(m, g, keep) {
                 s.init()?;
             }
             Ok(())
         };
         let reattach = |m: &Mapping, g: &Geometry| {
-            for s in shards_of(m, g) {
+            let keep = m.fs_reserve(opts.fs_reserve);
+            for s in shards_of(m, g, keep) {
                 s.reattach_exclusive()?;
             }
             Ok(())
@@ -673,10 +699,7 @@ impl Cache {
         let unreserve = || {
             saturating_sub(header_word(&self.map, fh::SPILL_BYTES), len);
         };
-        let written = self.spill_dir(true).and_then(|dir| {
-            let dir = dir.expect("created");
-            dir.write(value).map(|(r, publishing)| (dir, r, publishing))
-        });
+        let written = self.write_spill(value);
         let (dir, r, publishing) = match written {
             Ok(w) => w,
             Err(e) => {
@@ -704,6 +727,88 @@ impl Cache {
         drop(publishing);
         self.reap();
         stored
+    }
+
+    /// Write a spilled value's file. When the file system has no room for
+    /// it (full, or its reserve reached), make room by eviction and write
+    /// once more; only then refuse, saying what was tried.
+    fn write_spill(&self, value: &[u8]) -> Result<(&SpillDir, SpillRef, Publishing)> {
+        let dir = self.spill_dir(true)?.expect("created");
+        match dir.write(value, self.fs_reserve) {
+            Ok((r, publishing)) => Ok((dir, r, publishing)),
+            Err(Error::Full(_)) => {
+                let tried = self.make_room(dir, value.len() as u64);
+                match dir.write(value, self.fs_reserve) {
+                    Ok((r, publishing)) => Ok((dir, r, publishing)),
+                    Err(Error::Full(msg)) => Err(Error::Full(format!("{msg}; {tried}"))),
+                    Err(e) => Err(e),
+                }
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Free `len` bytes beyond the reserve on the spill directory's file
+    /// system: evict spilled values first (SIEVE, from the spill hand),
+    /// then have shards give memory back (`ShardGuard::give_back`, from a
+    /// moving hand), each asked for its share plus one growth step, until
+    /// `fstatvfs` shows the room. Bounded: one round of the shards each.
+    /// Returns what it did, for the error if that was not enough.
+    #[cold]
+    fn make_room(&self, dir: &SpillDir, len: u64) -> String {
+        let want = len.saturating_add(self.fs_reserve);
+        match dir.fs_space() {
+            Ok((size, _)) if want > size => {
+                // No eviction could make this room: evict nothing.
+                return format!(
+                    "the value and the {} bytes this cache keeps free (the fs_reserve option; 0 \
+                     turns it off) exceed the whole file system ({size} bytes), so nothing was \
+                     evicted to make room",
+                    self.fs_reserve
+                );
+            }
+            _ => {}
+        }
+        let avail = || dir.fs_space().map(|(_, avail)| avail).unwrap_or(0);
+        let short = |avail: u64| want.saturating_sub(avail);
+        let n = self.shards.len();
+        let mut need = short(avail());
+        // Spilled values: one round, until their files hold what is short.
+        let (mut spilled, mut given) = (0u64, 0u64);
+        for _ in 0..n {
+            if spilled >= need {
+                break;
+            }
+            let i = self.spill_hand.fetch_add(1, Ordering::Relaxed) % n;
+            if let Ok(g) = self.lock_for_write(&self.shards[i]) {
+                spilled += g.evict_spilled(need - spilled, &mut Now::new());
+            }
+            self.reap();
+        }
+        if spilled > 0 {
+            need = short(avail());
+        }
+        // Shard memory: each shard its share of what is still short.
+        if need > 0 {
+            let share = (need.div_ceil(n as u64) as usize).saturating_add(GROW_CHUNK);
+            for _ in 0..n {
+                let i = self.room_hand.fetch_add(1, Ordering::Relaxed) % n;
+                if let Ok(g) = self.lock_for_write(&self.shards[i]) {
+                    given += g.give_back(share, &mut Now::new()) as u64;
+                }
+                self.reap();
+                if given >= need && short(avail()) == 0 {
+                    break;
+                }
+            }
+        }
+        format!(
+            "to make room, {spilled} bytes of spilled values were evicted and the shards gave \
+             back {given} bytes; the file system has {} bytes available, and this cache keeps \
+             {} of them free (the fs_reserve option; 0 turns it off)",
+            avail(),
+            self.fs_reserve
+        )
     }
 
     /// Count `len` more spilled bytes, first evicting spilled values (SIEVE
@@ -1327,10 +1432,7 @@ impl Cache {
         self.sweep_if_due();
         self.reserve_spill(len)?;
         let unreserve = || saturating_sub(header_word(&self.map, fh::SPILL_BYTES), len);
-        let written = self.spill_dir(true).and_then(|dir| {
-            let dir = dir.expect("created");
-            dir.write(value).map(|(r, publishing)| (dir, r, publishing))
-        });
+        let written = self.write_spill(value);
         let (dir, r, publishing) = match written {
             Ok(w) => w,
             Err(e) => {
@@ -1543,7 +1645,8 @@ fn sweep_alone(m: &Mapping, geo: &Geometry, path: &Path, opts: &OpenOptions) -> 
     let dir = SpillDir::open(path, false, opts.allow_foreign_owner)?;
     let mut refs = Vec::new();
     if dir.is_some() {
-        for s in shards_of(m, geo) {
+        // Reads only: no growth, no reserve to keep.
+        for s in shards_of(m, geo, 0) {
             match s.lock(opts.lock_timeout) {
                 Ok(g) => g.spilled_refs(&mut refs),
                 // A shard left damaged (a clean attach does not repair):

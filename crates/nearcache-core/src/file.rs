@@ -7,7 +7,10 @@
 //! `fallocate` (the shards reserve the rest as they fill, see `shard.rs`;
 //! with `preallocate`, off tmpfs, or where `fallocate` is unsupported, the
 //! whole file is reserved with `posix_fallocate`), so a full tmpfs fails here or at a
-//! later growth with a clear error instead of a SIGBUS; fully initialised,
+//! later growth with a clear error instead of a SIGBUS (and a reserve of the
+//! file system, `OpenOptions::fs_reserve`, is left free: checked with
+//! `fstatvfs` before each lazy reservation, and once before a whole file is
+//! reserved); fully initialised,
 //! and then linked to its final name
 //! (which never replaces an existing file). A process killed half-way leaves
 //! no half-initialised cache (and with `O_TMPFILE` nothing at all); two
@@ -115,6 +118,13 @@ pub struct OpenOptions {
     /// before it evicts spilled values to make room; 0 disables spilling
     /// (values beyond the inline limit are refused).
     pub spill_budget: u64,
+    /// Bytes of the file system this handle leaves free: a shard's growth
+    /// or a spilled value's file that would leave less available is
+    /// refused as if the file system were full (the shard evicts within
+    /// what it holds; a spilled value first makes room by eviction). None:
+    /// [`default_fs_reserve`] of the file system's size; `Some(0)` turns
+    /// the reserve off.
+    pub fs_reserve: Option<u64>,
 }
 
 /// Values above this many bytes are spilled by default (see
@@ -122,6 +132,15 @@ pub struct OpenOptions {
 pub const DEFAULT_SPILL_THRESHOLD: usize = 128 * 1024;
 /// Default spill budget: 1 GiB, like diskcache's default size limit.
 pub const DEFAULT_SPILL_BUDGET: u64 = 1 << 30;
+
+/// The reserve a handle leaves free on a file system of `fs_size` bytes
+/// when `fs_reserve` is not given: the larger of 8 MiB and 10% of the
+/// file system, at most 1 GiB, and at most a quarter of a file system
+/// smaller than 32 MiB (8 MiB of Docker's 64 MiB `/dev/shm`, 1 GiB of a
+/// host's 24 GiB one, 4 MiB of a 16 MiB tmpfs).
+pub fn default_fs_reserve(fs_size: u64) -> u64 {
+    (fs_size / 10).clamp(8 << 20, 1 << 30).min(fs_size / 4)
+}
 
 impl Default for OpenOptions {
     fn default() -> Self {
@@ -135,6 +154,7 @@ impl Default for OpenOptions {
             preallocate: false,
             spill_threshold: None,
             spill_budget: DEFAULT_SPILL_BUDGET,
+            fs_reserve: None,
         }
     }
 }
@@ -162,6 +182,10 @@ pub(crate) struct Mapping {
     attached: bool,
     /// Registration with the SIGBUS handler; released before munmap.
     sigbus: Option<crate::sigbus::Guard>,
+    /// [`default_fs_reserve`] of the file's file system, read once at
+    /// mapping (0 if it cannot be read), so that opening another handle
+    /// costs no `fstatvfs`.
+    default_fs_reserve: u64,
 }
 
 // SAFETY: the mapping is MAP_SHARED memory that is only accessed through
@@ -188,6 +212,7 @@ impl Mapping {
     fn new(file: File, ptr: *mut u8, geo: Geometry, lazy: bool, id: FileId) -> Mapping {
         let len = geo.total_size();
         let sigbus = Some(crate::sigbus::register(ptr, len, file.as_raw_fd()));
+        let default_fs_reserve = fs_reserve_of(file.as_raw_fd(), None);
         Mapping {
             file,
             ptr,
@@ -200,6 +225,7 @@ impl Mapping {
             how: Attach::Created,
             attached: false,
             sigbus,
+            default_fs_reserve,
         }
     }
 
@@ -630,6 +656,61 @@ pub(crate) fn reserve(fd: i32, off: usize, len: usize) -> io::Result<()> {
     }
 }
 
+/// Size and available bytes (for an unprivileged user, as `df` shows
+/// them) of the file system of `fd`.
+pub(crate) fn fs_space(fd: i32) -> io::Result<(u64, u64)> {
+    // SAFETY: a zeroed statvfs is a valid out-parameter; fd is open (an
+    // O_PATH descriptor will do).
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::fstatvfs(fd, &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let frsize = st.f_frsize as u64;
+    Ok(((st.f_blocks as u64).saturating_mul(frsize), (st.f_bavail as u64).saturating_mul(frsize)))
+}
+
+impl Mapping {
+    /// The reserve in bytes a handle of this mapping keeps free on the
+    /// file system: `option`, or the default read at mapping.
+    pub(crate) fn fs_reserve(&self, option: Option<u64>) -> u64 {
+        option.unwrap_or(self.default_fs_reserve)
+    }
+}
+
+/// The reserve in bytes a handle keeps on the file system of `fd`: the
+/// option, or [`default_fs_reserve`] of the file system's size (none if
+/// it cannot be read).
+pub(crate) fn fs_reserve_of(fd: i32, option: Option<u64>) -> u64 {
+    match option {
+        Some(bytes) => bytes,
+        None => fs_space(fd).map(|(size, _)| default_fs_reserve(size)).unwrap_or(0),
+    }
+}
+
+/// `ENOSPC` if taking `len` more bytes of the file system of `fd` would
+/// leave less than `keep` bytes available: a reserve is refused exactly
+/// as a full file system. One `fstatvfs`, none when `keep` is 0; a file
+/// system that cannot tell is not refused here.
+pub(crate) fn check_fs_reserve(fd: i32, keep: u64, len: u64) -> io::Result<()> {
+    if keep == 0 {
+        return Ok(());
+    }
+    match fs_space(fd) {
+        Ok((_, avail)) if avail < keep.saturating_add(len) => {
+            Err(io::Error::from_raw_os_error(libc::ENOSPC))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// [`reserve`], refused (`ENOSPC`) if it would leave less than `keep`
+/// bytes of the file system available.
+pub(crate) fn reserve_keeping(fd: i32, off: usize, len: usize, keep: u64) -> io::Result<()> {
+    check_fs_reserve(fd, keep, len as u64)?;
+    reserve(fd, off, len)
+}
+
 /// Whether `fd` is a file on tmpfs (`/dev/shm` and the like).
 fn on_tmpfs(fd: i32) -> bool {
     // SAFETY: a zeroed statfs is a valid out-parameter; fd is open.
@@ -737,7 +818,7 @@ pub(crate) fn open(
                 path.display()
             ))
         })?;
-        if let Some(opened) = create(path, &geo, opts.preallocate, init_shards, alone)? {
+        if let Some(opened) = create(path, &geo, opts, init_shards, alone)? {
             return Ok(opened);
         }
         // Lost a creation race: open the winner's file.
@@ -933,7 +1014,7 @@ fn publish(file: &File, staging: &Staging, path: &Path) -> io::Result<()> {
 fn create(
     path: &Path,
     geo: &Geometry,
-    preallocate: bool,
+    opts: &OpenOptions,
     init_shards: &dyn Fn(&Mapping, &Geometry) -> Result<()>,
     alone: &dyn Fn(&Mapping, &Geometry) -> Result<()>,
 ) -> Result<Option<Opened>> {
@@ -970,9 +1051,13 @@ fn create(
     // pages are reclaimable page cache, and fallocate can wait for the
     // journal for milliseconds, which inside a shard lock would cost other
     // processes lock timeouts: reserve everything at creation there.
-    let lazy = !preallocate
+    // The reserve of the file system (`fs_reserve`) is checked here for
+    // the whole file when it is preallocated, and by each growth of a
+    // lazy one (`shard.rs`).
+    let keep = fs_reserve_of(fd, opts.fs_reserve);
+    let lazy = !opts.preallocate
         && on_tmpfs(fd)
-        && match reserve(fd, 0, HEADER_SIZE) {
+        && match reserve_keeping(fd, 0, HEADER_SIZE, keep) {
             Ok(()) => true,
             Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS)) => {
                 false
@@ -980,6 +1065,13 @@ fn create(
             Err(e) => return Err(cleanup(no_room(HEADER_SIZE, e))),
         };
     if !lazy {
+        check_fs_reserve(fd, keep, total as u64).map_err(|e| {
+            cleanup(Error::Full(format!(
+                "cannot reserve {total} bytes for {} and leave the file system's reserve of \
+                 {keep} bytes free (the fs_reserve option; 0 turns it off): {e}",
+                path.display()
+            )))
+        })?;
         // SAFETY: fd is open for writing.
         let rc = unsafe { libc::posix_fallocate(fd, 0, total as libc::off_t) };
         if rc != 0 {

@@ -126,8 +126,14 @@
 //! preallocated shard does. A set whose entry exceeds the whole reserved
 //! arena fails with `Error::Full` before anything is changed. Since no
 //! page is written, or read, before it is reserved, a full tmpfs can never
-//! raise SIGBUS. `clear` gives a lazy shard's memory back (the pages are
-//! punched out after the words are lowered). Preallocated files (`preallocate`, and every file written
+//! raise SIGBUS. A growth that would leave less of the file system
+//! available than the handle's reserve (`OpenOptions::fs_reserve`; one
+//! `fstatvfs` per growth step, none once the shard is grown) is refused
+//! the same way. `clear` gives a lazy shard's memory back (the pages are
+//! punched out after the words are lowered), and so does `give_back`, to
+//! make room for a spilled value: it evicts and compacts, lowers
+//! `ARENA_RESERVED` to the bump rounded up to the growth step and punches
+//! the pages above, inside a move (readers that overlap it retry). Preallocated files (`preallocate`, and every file written
 //! before lazy reservation) read both words as "everything".
 
 use crate::counters::{Counter, Stripes};
@@ -215,6 +221,8 @@ pub(crate) struct Shard {
     lazy: bool,
     /// The cache file, for `fallocate`, and the shard's offset in it.
     fd: i32,
+    /// Bytes of the file system a growth leaves free (`fs_reserve`).
+    fs_reserve: u64,
     file_off: usize,
     initial_active: usize,
     /// The file's hash seed: entries' keys are hashed again with it.
@@ -515,7 +523,9 @@ impl Shard {
     /// # Safety
     /// `base` must point to `geo.shard_size` bytes of a live shared mapping
     /// that outlives the returned value, found at `file_off` in the file
-    /// open as `fd`, which stays open as long as the mapping.
+    /// open as `fd`, which stays open as long as the mapping. A growth
+    /// leaves `fs_reserve` bytes of the file system free.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn new(
         base: *mut u8,
         geo: &Geometry,
@@ -523,6 +533,7 @@ impl Shard {
         fd: i32,
         file_off: usize,
         stripes: Stripes,
+        fs_reserve: u64,
     ) -> Shard {
         Shard {
             base,
@@ -531,6 +542,7 @@ impl Shard {
             arena_size: geo.arena_size(),
             lazy,
             fd,
+            fs_reserve,
             file_off,
             initial_active: geo.initial_active_slots(),
             seed: geo.seed,
@@ -565,14 +577,16 @@ impl Shard {
         hash_key(self.file_off as u64, &salt) & !1
     }
 
-    /// Reserve the shard's bytes [from, to) in the file (page-rounded).
+    /// Reserve the shard's bytes [from, to) in the file (page-rounded),
+    /// refused (`ENOSPC`) if it would leave less than the reserve of the
+    /// file system available.
     fn reserve(&self, from: usize, to: usize) -> std::io::Result<()> {
         let start = from / PAGE * PAGE;
         let end = to.div_ceil(PAGE) * PAGE;
         if end <= start {
             return Ok(());
         }
-        crate::file::reserve(self.fd, self.file_off + start, end - start)
+        crate::file::reserve_keeping(self.fd, self.file_off + start, end - start, self.fs_reserve)
     }
 
     /// Reserve the shard header and the initial index (lazy files): what
@@ -583,7 +597,11 @@ impl Shard {
         }
         self.reserve(0, SHARD_HEADER_SIZE + self.initial_active * 8).map_err(|e| {
             if crate::file::is_no_room(&e) {
-                Error::Full(format!("cannot reserve a shard header: {e}"))
+                Error::Full(format!(
+                    "cannot reserve a shard header: {e} (the file system is full, or down to \
+                     the {} bytes this cache leaves free: the fs_reserve option, 0 turns it off)",
+                    self.fs_reserve
+                ))
             } else {
                 Error::io("fallocate shard header", e)
             }
@@ -1895,6 +1913,65 @@ impl<'a> ShardGuard<'a> {
                 );
             }
         }
+    }
+
+    /// Lazy files: give back about `need` bytes of the memory this shard
+    /// holds, to make room on the file system for something else (a
+    /// spilled value). Evicts (SIEVE) and compacts until `need` bytes of
+    /// the reserved arena are free, lowers `ARENA_RESERVED` to the bump
+    /// rounded up to the growth step, and punches out the pages above it,
+    /// as `release_memory` does for an empty shard: the word is lowered
+    /// first, then the pages punched, inside a move (`seq` odd), so an
+    /// optimistic reader that overlapped it retries, and a holder killed
+    /// in between leaves pages held that no word counts, which the next
+    /// growth reserves again at no cost. Returns the arena bytes no longer
+    /// reserved (0 for a preallocated file).
+    pub(crate) fn give_back(&self, need: usize, now: &mut Now) -> usize {
+        if !self.shard.lazy || need == 0 {
+            return 0;
+        }
+        let Ok(reserved) = self.arena_reserved() else { return 0 };
+        if reserved == 0 {
+            return 0;
+        }
+        self.begin_write();
+        let bump = self.bump().unwrap_or(reserved);
+        if reserved.saturating_sub(bump) < need.min(reserved) {
+            self.compact(need.min(reserved), true, now);
+        }
+        self.begin_move();
+        let mut given = 0;
+        if let (Ok(bump), Ok(reserved)) = (self.bump(), self.arena_reserved()) {
+            let keep = bump.div_ceil(GROW_CHUNK).saturating_mul(GROW_CHUNK).min(reserved);
+            if keep < reserved {
+                self.set_hdr(sh::ARENA_RESERVED, keep as u64);
+                let a = self.shard.arena_off;
+                // Whole pages only: the page holding the new mark may hold
+                // live bytes below it. The arena ends the shard, whose size
+                // is a multiple of the page.
+                let (from, to) =
+                    ((a + keep).div_ceil(PAGE) * PAGE, (a + reserved).div_ceil(PAGE) * PAGE);
+                // Best effort, as in release_memory: a file system that
+                // cannot punch holes keeps the pages for the next growth.
+                // SAFETY: fd is the open cache file; [from, to) lies in
+                // this shard's arena, above its bump, whose bytes no slot
+                // leads to and nobody reads while seq is odd.
+                if to > from {
+                    unsafe {
+                        libc::fallocate(
+                            self.shard.fd,
+                            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                            (self.shard.file_off + from) as libc::off_t,
+                            (to - from) as libc::off_t,
+                        );
+                    }
+                }
+                given = reserved - keep;
+            }
+        }
+        self.end_move();
+        self.end_write();
+        given
     }
 
     /// Call `f(key, value_len, flags, expires)` for each live entry, in

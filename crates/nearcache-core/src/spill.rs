@@ -72,6 +72,12 @@
 //! and bounded by the handle's spill budget (`OpenOptions::spill_budget`):
 //! a spill that would pass it first evicts spilled values (SIEVE order,
 //! shard by shard; see `Cache::reserve_spill`).
+//!
+//! The file system's reserve (`OpenOptions::fs_reserve`): a file that
+//! would leave less than the reserve available is refused before it is
+//! created, as a full file system refuses it (one `fstatvfs` per value).
+//! Either refusal sends the value to `Cache::make_room`, which evicts
+//! spilled values, then has shards give memory back, and writes once more.
 
 use crate::error::{Error, Result};
 use std::cell::Cell;
@@ -469,6 +475,11 @@ impl SpillDir {
         &self.path
     }
 
+    /// Size and available bytes of the directory's file system.
+    pub(crate) fn fs_space(&self) -> io::Result<(u64, u64)> {
+        crate::file::fs_space(self.dirfd())
+    }
+
     fn dirfd(&self) -> i32 {
         self.fd.as_raw_fd()
     }
@@ -487,7 +498,13 @@ impl SpillDir {
     /// reference, and the lock that keeps sweeps off the file until its
     /// entry is published (drop it after the publish). Nothing named is
     /// left behind on failure.
-    pub fn write(&self, value: &[u8]) -> Result<(SpillRef, Publishing)> {
+    ///
+    /// Refused like a full file system (`Error::Full`) when the file would
+    /// leave less than `keep` bytes of the file system available (the
+    /// cache's `fs_reserve`; one `fstatvfs`, none when `keep` is 0).
+    pub fn write(&self, value: &[u8], keep: u64) -> Result<(SpillRef, Publishing)> {
+        crate::file::check_fs_reserve(self.dirfd(), keep, value.len() as u64)
+            .map_err(|e| self.write_error(value.len(), e))?;
         let id = random_id()?;
         let name = file_name(id);
         let r = SpillRef { id, len: value.len() as u64, sum: xxh3_64(value) };

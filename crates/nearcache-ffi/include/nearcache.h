@@ -89,6 +89,14 @@ typedef struct NcOpenOptions {
   // ignored): every value is kept inline, and one too large for a shard
   // fails with `NC_VALUE_TOO_LARGE`.
   bool no_spill;
+  // Bytes of the file system the cache leaves free: a shard does not
+  // grow, nor a spilled value's file get written, past it (the shard
+  // evicts; a spilled value first makes room by eviction). 0 takes the
+  // engine's default: the larger of 8 MiB and 10% of the file system,
+  // at most 1 GiB.
+  uint64_t fs_reserve;
+  // Leave no reserve (`fs_reserve` is then ignored).
+  bool no_fs_reserve;
 } NcOpenOptions;
 
 // Asked for a buffer of `len` bytes to receive a value with `flags`;

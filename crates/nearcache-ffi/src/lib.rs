@@ -129,6 +129,14 @@ pub struct NcOpenOptions {
     /// ignored): every value is kept inline, and one too large for a shard
     /// fails with `NC_VALUE_TOO_LARGE`.
     pub no_spill: bool,
+    /// Bytes of the file system the cache leaves free: a shard does not
+    /// grow, nor a spilled value's file get written, past it (the shard
+    /// evicts; a spilled value first makes room by eviction). 0 takes the
+    /// engine's default: the larger of 8 MiB and 10% of the file system,
+    /// at most 1 GiB.
+    pub fs_reserve: u64,
+    /// Leave no reserve (`fs_reserve` is then ignored).
+    pub no_fs_reserve: bool,
 }
 
 /// A byte string passed in: `len` bytes at `ptr` (`ptr` may be NULL if
@@ -418,6 +426,11 @@ pub unsafe extern "C" fn nc_open(
                 (true, _) => 0,
                 (false, 0) => nearcache_core::file::DEFAULT_SPILL_BUDGET,
                 (false, b) => b,
+            },
+            fs_reserve: match (o.no_fs_reserve, o.fs_reserve) {
+                (true, _) => Some(0),
+                (false, 0) => None,
+                (false, b) => Some(b),
             },
             ..OpenOptions::default()
         };

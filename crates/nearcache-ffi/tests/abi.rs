@@ -62,6 +62,8 @@ fn options(size: u64) -> NcOpenOptions {
         spill_threshold: 0,
         spill_budget: 0,
         no_spill: false,
+        fs_reserve: 0,
+        no_fs_reserve: false,
     }
 }
 

@@ -541,7 +541,7 @@ impl Opener {
     /// Parse and check the options: every check of `NativeCache(...)`
     /// (which builds through this), with the same errors.
     #[new]
-    #[pyo3(signature = (path, size, shards=0, *, default_ttl_ms=0, prefix=Vec::new(), allow_foreign_owner=false, decoder=None, lock_timeout_ms=50.0, on_lock_timeout="raise", spill_threshold=None, spill_budget=None, size_if_missing=0))]
+    #[pyo3(signature = (path, size, shards=0, *, default_ttl_ms=0, prefix=Vec::new(), allow_foreign_owner=false, decoder=None, lock_timeout_ms=50.0, on_lock_timeout="raise", spill_threshold=None, spill_budget=None, size_if_missing=0, fs_reserve=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -557,6 +557,7 @@ impl Opener {
         spill_threshold: Option<u64>,
         spill_budget: Option<u64>,
         size_if_missing: i64,
+        fs_reserve: Option<u64>,
     ) -> PyResult<Self> {
         let skip_lock_timeouts = match on_lock_timeout {
             "raise" => false,
@@ -612,6 +613,7 @@ impl Opener {
             lock_timeout: std::time::Duration::from_secs_f64(lock_timeout_ms / 1000.0),
             spill_threshold: spill_threshold.map(|t| t.min(usize::MAX as u64) as usize),
             spill_budget: spill_budget.unwrap_or(nearcache_core::file::DEFAULT_SPILL_BUDGET),
+            fs_reserve,
             ..OpenOptions::default()
         };
         Ok(Opener {
@@ -645,7 +647,7 @@ impl Opener {
 #[pymethods]
 impl NativeCache {
     #[new]
-    #[pyo3(signature = (path, size, shards=0, *, default_ttl_ms=0, prefix=Vec::new(), recreate=false, allow_foreign_owner=false, create=true, decoder=None, lock_timeout_ms=50.0, on_lock_timeout="raise", spill_threshold=None, spill_budget=None))]
+    #[pyo3(signature = (path, size, shards=0, *, default_ttl_ms=0, prefix=Vec::new(), recreate=false, allow_foreign_owner=false, create=true, decoder=None, lock_timeout_ms=50.0, on_lock_timeout="raise", spill_threshold=None, spill_budget=None, fs_reserve=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -662,6 +664,7 @@ impl NativeCache {
         on_lock_timeout: &str,
         spill_threshold: Option<u64>,
         spill_budget: Option<u64>,
+        fs_reserve: Option<u64>,
     ) -> PyResult<Self> {
         Opener::new(
             py,
@@ -677,6 +680,7 @@ impl NativeCache {
             spill_threshold,
             spill_budget,
             0,
+            fs_reserve,
         )?
         .open_native(py, recreate, create)
     }

@@ -4,8 +4,7 @@
 namespace) and reports what happened; these tests check that it measured
 the case of the issue, and hold the engine to the goals: a reserve of the
 file system left free, and a 300 KB value stored by eviction rather than
-refused.  Until the engine leaves a reserve those two fail, and are marked
-so (strict: the day they pass, the marks must go).
+refused.  The ``fs_reserve`` option itself is tested here too.
 """
 
 from __future__ import annotations
@@ -18,12 +17,11 @@ from typing import Any
 
 import pytest
 
+from nearcache import Cache
+from nearcache.errors import CacheFullError, ConfigurationError
+
 SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "small_shm.py"
 MIB = 1 << 20
-NO_RESERVE_YET = (
-    "the engine does not leave a reserve of the file system yet, nor evict to make room "
-    "for a spilled value (docs/reliability.md, 'A small /dev/shm')"
-)
 
 
 @pytest.fixture(scope="module")
@@ -54,11 +52,38 @@ def test_the_case_of_the_issue_is_measured(report: dict[str, Any]) -> None:
     assert big["stored"] or "Error" in big["error"], big
 
 
-@pytest.mark.xfail(strict=True, reason=NO_RESERVE_YET)
 def test_a_default_cache_leaves_the_reserve_free(report: dict[str, Any]) -> None:
     assert report["df_filled"]["avail"] >= report["goals"]["reserve_bytes"]
 
 
-@pytest.mark.xfail(strict=True, reason=NO_RESERVE_YET)
 def test_a_300kb_value_is_stored_by_eviction(report: dict[str, Any]) -> None:
     assert report["big_value"]["stored"], report["big_value"]["error"]
+
+
+def test_fs_reserve_takes_sizes(tmp_path: Path) -> None:
+    for reserve in ("8MiB", 1 << 20, 0, "0"):
+        with Cache(path=tmp_path / "c", size="1MiB", fs_reserve=reserve) as c:
+            c["k"] = "v"
+            assert c["k"] == "v"
+    for bad in ("lots", -1, 1.5):
+        with pytest.raises(ConfigurationError):
+            Cache(path=tmp_path / "c", size="1MiB", fs_reserve=bad)  # type: ignore[arg-type]
+
+
+def test_a_reserve_larger_than_the_file_system_refuses_to_grow(tmp_path: Path) -> None:
+    # Nothing can be reserved and leave 1 PiB free: the new file is refused,
+    # naming the option.
+    with pytest.raises(CacheFullError, match="fs_reserve"):
+        Cache(path=tmp_path / "c", size="1MiB", fs_reserve=1 << 50)
+    assert not (tmp_path / "c").exists()
+
+
+def test_django_passes_fs_reserve(tmp_path: Path) -> None:
+    pytest.importorskip("django")
+    from nearcache.contrib.django import NearCache
+
+    with pytest.raises(CacheFullError, match="fs_reserve"):
+        NearCache(str(tmp_path / "refused"), {"OPTIONS": {"size": "1MiB", "fs_reserve": 1 << 50}})
+    site = NearCache(str(tmp_path / "site"), {"OPTIONS": {"size": "1MiB", "fs_reserve": "4MiB"}})
+    site.set("k", 1)
+    assert site.get("k") == 1

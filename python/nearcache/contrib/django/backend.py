@@ -141,6 +141,7 @@ CACHE_OPTIONS: Final = frozenset(
         "allow_foreign_owner",
         "spill_threshold",
         "spill_budget",
+        "fs_reserve",
     }
 )
 
