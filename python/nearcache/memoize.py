@@ -770,6 +770,7 @@ def memoize(
 
     if not callable(getattr(cache, "keys", None)) or not hasattr(cache, "add"):
         raise TypeError(f"memoize needs a nearcache Cache or driver, not {type(cache).__name__}")
+    ttl_to_ms(ttl)  # a malformed ttl fails here (ConfigurationError), not at decoration
 
     generations = None
     if tags is not None:

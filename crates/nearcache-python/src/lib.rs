@@ -67,7 +67,8 @@ exceptions! {
     TOO_LARGE = "ValueTooLargeError" (ours(&ERROR), builtin("ValueError")) : "The entry does not fit in a shard; the cache is left unchanged.";
     BAD_KEY = "InvalidKeyError" (ours(&ERROR), builtin("ValueError")) : "The key is empty or longer than the cache accepts.";
     KEY_TYPE = "KeyTypeError" (ours(&ERROR), builtin("TypeError")) : "A key is not a str, bytes or int. Keys are never pickled (equal keys must always map to the same bytes), so other types are refused rather than guessed at.";
-    INVALID = "InvalidArgumentError" (ours(&ERROR), builtin("ValueError")) : "An argument is outside its documented range.";
+    CONFIG = "ConfigurationError" (ours(&ERROR), builtin("ValueError")) : "An option given to nearcache.Cache (or a decorator) is invalid.";
+    INVALID = "InvalidArgumentError" (ours(&CONFIG)) : "An argument is outside its documented range (a ConfigurationError, so a ValueError).";
     INCOMPATIBLE = "IncompatibleFileError" (ours(&ERROR)) : "The file exists but was created with other parameters or layout.";
     CORRUPT = "CorruptFileError" (ours(&ERROR)) : "The file is not a nearcache file or fails its consistency checks.";
     PERMISSION = "PermissionDeniedError" (ours(&ERROR), builtin("PermissionError")) : "The file or directory is unsafe to open (foreign owner, symlink, mode).";
@@ -100,7 +101,8 @@ fn to_py(py: Python<'_>, e: CoreError) -> PyErr {
         CoreError::NotFound => PyKeyError::new_err(msg),
         CoreError::Overflow => raise(py, &OVERFLOW, msg),
         CoreError::InvalidArgument(_) => raise(py, &INVALID, msg),
-        CoreError::Io { ref source, .. } => os_error(py, source, msg),
+        // The engine names its options as Rust writes them.
+        CoreError::Io { ref source, .. } => os_error(py, source, msg.replace("=false", "=False")),
         CoreError::LockTimeout { .. } => raise(py, &LOCK_TIMEOUT, msg),
     }
 }
@@ -457,6 +459,8 @@ struct Opener {
     default_ttl_ms: u64,
     decoder: Option<Py<PyAny>>,
     skip_lock_timeouts: bool,
+    /// What a `Reader` made by `open_get` pickles as (`__reduce__`'s value).
+    reduce_get: Option<Py<PyAny>>,
 }
 
 impl Opener {
@@ -500,7 +504,7 @@ impl Opener {
     /// Parse and check the options: every check of `NativeCache(...)`
     /// (which builds through this), with the same errors.
     #[new]
-    #[pyo3(signature = (path, size, shards=0, *, default_ttl_ms=0, prefix=Vec::new(), allow_foreign_owner=false, decoder=None, lock_timeout_ms=50.0, on_lock_timeout="raise", spill_threshold=None, spill_budget=None, size_if_missing=0))]
+    #[pyo3(signature = (path, size, shards=0, *, default_ttl_ms=0, prefix=Vec::new(), allow_foreign_owner=false, decoder=None, lock_timeout_ms=50.0, on_lock_timeout="raise", spill_threshold=None, spill_budget=None, size_if_missing=0, reduce_get=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -516,6 +520,7 @@ impl Opener {
         spill_threshold: Option<u64>,
         spill_budget: Option<u64>,
         size_if_missing: i64,
+        reduce_get: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let skip_lock_timeouts = match on_lock_timeout {
             "raise" => false,
@@ -581,6 +586,7 @@ impl Opener {
             default_ttl_ms: default_ttl_ms as u64,
             decoder: decoder.map(Bound::unbind),
             skip_lock_timeouts,
+            reduce_get: reduce_get.map(Bound::unbind),
         })
     }
 
@@ -589,6 +595,24 @@ impl Opener {
     #[pyo3(signature = (recreate=false, create=true))]
     fn open(&self, py: Python<'_>, recreate: bool, create: bool) -> PyResult<NativeCache> {
         self.open_native(py, recreate, create)
+    }
+
+    /// `open`, and the typed `get` of the new handle: a `Reader`'s bound
+    /// method, which pickles as `reduce_get` says.
+    #[pyo3(signature = (recreate=false, create=true))]
+    fn open_get<'py>(
+        &self,
+        py: Python<'py>,
+        recreate: bool,
+        create: bool,
+    ) -> PyResult<(Bound<'py, NativeCache>, Bound<'py, PyAny>)> {
+        let native = Bound::new(py, self.open_native(py, recreate, create)?)?;
+        let reader = Reader {
+            native: native.clone().unbind(),
+            reduce: self.reduce_get.as_ref().map(|r| r.clone_ref(py)),
+        };
+        let get = Bound::new(py, reader)?.getattr(pyo3::intern!(py, "get"))?;
+        Ok((native, get))
     }
 
     #[getter]
@@ -636,6 +660,7 @@ impl NativeCache {
             spill_threshold,
             spill_budget,
             0,
+            None,
         )?
         .open_native(py, recreate, create)
     }
@@ -1090,6 +1115,48 @@ impl NativeCache {
     }
 }
 
+/// The typed read of one handle, as `nearcache.Cache.get` (an unsigned
+/// cache's `get` is this class's bound method: a call goes from Python
+/// straight to the engine, with no Python frame). Unlike a `NativeCache`
+/// method it pickles (as its opener's `reduce_get`: reopening the cache),
+/// and its errors name `get`.
+#[pyclass(frozen, module = "nearcache._native")]
+struct Reader {
+    native: Py<NativeCache>,
+    reduce: Option<Py<PyAny>>,
+}
+
+#[pymethods]
+impl Reader {
+    /// Return the value of `key`, or `default` on a miss.
+    ///
+    /// With `version=True`, `(value, version)` from the cache's versioned
+    /// read (`get_versioned`).
+    #[pyo3(signature = (key, default=None, *, version=false))]
+    fn get<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        default: Option<Bound<'py, PyAny>>,
+        version: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        if version {
+            return self
+                .native
+                .bind(py)
+                .call_method1(pyo3::intern!(py, "get_versioned"), (key, default));
+        }
+        self.native.get().get_typed(py, key, default)
+    }
+
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        match &self.reduce {
+            Some(r) => Ok(r.bind(py).clone()),
+            None => Err(PyTypeError::new_err("this cache's get cannot be pickled")),
+        }
+    }
+}
+
 /// `/dev/shm/nearcache-<uid>`, created 0700 on first use.
 #[pyfunction]
 fn default_directory(py: Python<'_>) -> PyResult<String> {
@@ -1105,6 +1172,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let _ = MISSING.set(py, sentinel.unbind());
     m.add_class::<NativeCache>()?;
     m.add_class::<Opener>()?;
+    m.add_class::<Reader>()?;
     m.add_function(wrap_pyfunction!(default_directory, m)?)?;
     m.add("FLAG_BYTES", FLAG_BYTES)?;
     m.add("FLAG_STR", FLAG_STR)?;
