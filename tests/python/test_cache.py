@@ -125,7 +125,9 @@ def test_properties_and_repr(make_cache: Callable[..., Cache]) -> None:
     assert repr(c) == f"<Cache 'c' path={c.path!r} size='2 MiB' shards=4>"
     # Opened without a size: the file's, to 0.1 of its unit.
     again = Cache(path=c.path)
-    assert repr(again) == f"<Cache 'c' path={c.path!r} size='{c.capacity / 2**20:.1f} MiB' shards=4>"
+    assert (
+        repr(again) == f"<Cache 'c' path={c.path!r} size='{c.capacity / 2**20:.1f} MiB' shards=4>"
+    )
     again.close()
     c.close()
     assert c.closed

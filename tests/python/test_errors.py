@@ -173,4 +173,3 @@ def test_huge_size_with_automatic_shards_does_not_say_use_more_shards(tmp_path: 
     assert "use more shards" not in message
     assert "automatic shard count" in message and "shards set to a power of two" in message
     assert not (tmp_path / "huge").exists()
-
