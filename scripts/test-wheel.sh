@@ -21,7 +21,7 @@ step "build tools (maturin, zig) from PyPI"
 step "manylinux_2_28 wheel and sdist"
 rm -rf "$out"
 # The tools' bin first: maturin finds zig as the ziglang package's `python -m ziglang`.
-PATH="$tools/bin:$PATH" CARGO_TARGET_DIR="$repo/target/wheel-build" \
+PATH="$tools/bin:$PATH" CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$repo/target/wheel-build}" \
     maturin build --release --zig --compatibility manylinux_2_28 --out "$out"
 PATH="$tools/bin:$PATH" maturin sdist --out "$out"
 wheels=("$out"/nearcache-*-manylinux_2_28_x86_64*.whl)

@@ -300,8 +300,8 @@ def main_ls(args: argparse.Namespace) -> int:
     for line in errors:
         console.print(f"  {_safe_text(line)}", soft_wrap=True)
     console.print(
-        "  held: memory the file's pages and spilled values take now; processes: "
-        "those of this user mapping the file",
+        "  held: memory in use now (pages and spilled files); processes: this user's "
+        "that map the file",
         style="dim",
     )
     return 0
@@ -377,13 +377,17 @@ def main_inspect(args: argparse.Namespace) -> int:
         shards = native.shard_stats()
         stats = native.stats()
         path = native.path
+        # What the file holds (TTL and spill threshold are options of each
+        # open, not of the file: not shown).
         geometry = {
             "path": path,
             "file_bytes": stats["file_bytes"],
+            "held_bytes": stats["held_bytes"],
             "shards": native.shard_count,
             "max_entry_bytes": native.max_entry_size,
-            "spill_threshold_bytes": native.spill_threshold,
-            "default_ttl_ms": native.default_ttl_ms,
+            "entries": stats["items"],
+            "hits": stats["hits"],
+            "misses": stats["misses"],
         }
     finally:
         native.close()
@@ -398,7 +402,7 @@ def main_inspect(args: argparse.Namespace) -> int:
         print(json.dumps({"geometry": geometry, "shards": shards, "spill": spill}, indent=1))
         return 0
     console = _console()
-    head = _table("nearcache inspect", ["field", "value"], right={1})
+    head = _table(f"nearcache inspect: {_safe_text(args.name)}", ["field", "value"], right={1})
     for k, v in geometry.items():
         head.add_row(k, f"{v:,}" if isinstance(v, int) else _safe_text(str(v)))
     console.print(head)
