@@ -316,7 +316,7 @@ def _bench(args: argparse.Namespace, argv: list[str]) -> int:
         from .bench.report import print_tables, terminal_header
 
         for line in terminal_header(result):
-            console.print(line, highlight=False, soft_wrap=True)
+            console.print(line, highlight=False)
         console.print()
         for w in result.workloads:
             console.rule(f"{w.name}: {w.title}")
@@ -399,13 +399,13 @@ def _save_run(result: Any, tables: Any, out: Path, err: Any) -> None:
     written = runner.write_outputs(
         result, tables, out / "results.json", out / "results.md", None if missing else out
     )
-    charts = sum(1 for p in written if p.suffix == ".png")
+    charts = [p.name for p in written if p.suffix == ".png"]
+    err.print(f"saved in {out}/", highlight=False)
     err.print(
-        f"saved in {out}/: results.json, results.md"
-        + (f", {charts} chart(s)" if charts else "")
+        "  results.json, results.md"
+        + "".join(f", {name}" for name in charts)
         + (f" (no charts: {missing}; pip install 'nearcache[bench]')" if missing else ""),
         highlight=False,
-        soft_wrap=True,
     )
 
 

@@ -156,7 +156,7 @@ def run(
             )
             if options.print_tables:
                 for line in terminal_header(result):
-                    console.print(line, highlight=False, soft_wrap=True)
+                    console.print(line, highlight=False)
                 console.print()
             warning = load_warning(result.machine)
             if warning:

@@ -126,7 +126,7 @@ def test_bench_saves_into_a_dated_folder_by_default(
     names = {p.name for p in folder.iterdir()}
     assert {"results.json", "results.md"} <= names
     captured = capsys.readouterr()
-    assert f"saved in {Path('nearcache-bench') / folder.name}/" in captured.err
+    assert f"saved in {Path('nearcache-bench') / folder.name}/\n" in captured.err
     assert "load average (1/5/15 min) at start" in captured.out
     assert BenchResult.load(folder / "results.json").workloads[0].name == "chi-2010"
     # --out chooses the folder; --no-save saves nothing.
