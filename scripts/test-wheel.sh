@@ -30,9 +30,10 @@ sdists=("$out"/nearcache-*.tar.gz)
 [ -f "${sdists[0]}" ] || { echo "no sdist in $out"; exit 1; }
 ls -l "$out"
 # The sdist builds the same package: the engine, the glue and the Python sources.
+members=$(tar tzf "${sdists[0]}")
 for member in Cargo.toml crates/nearcache-core/src/lib.rs crates/nearcache-python/src/lib.rs \
     python/nearcache/__init__.py pyproject.toml; do
-    tar tzf "${sdists[0]}" | grep -q "/$member\$" || { echo "sdist lacks $member"; exit 1; }
+    grep -qx "[^/]*/$member" <<<"$members" || { echo "sdist lacks $member"; exit 1; }
 done
 
 step "install the wheel into a fresh virtualenv, no Rust on PATH"
@@ -51,7 +52,8 @@ fi
 run python3 -m pip install -q --only-binary nearcache "${wheels[0]}"
 
 step "smoke test from the wheel"
-(cd "$venv" && run python3 - <<'PY'
+# A file, not stdin: the spawned pool worker imports the main module again.
+cat >"$venv/smoke.py" <<'PY'
 import multiprocessing
 import os
 import pickle
@@ -60,28 +62,34 @@ import tempfile
 import nearcache
 from nearcache import Cache
 
-where = os.path.dirname(nearcache.__file__)
-assert "site-packages" in where, where
-print(f"nearcache {nearcache.__version__} from {where}")
-with tempfile.TemporaryDirectory() as d:
-    c = Cache(path=os.path.join(d, "smoke"), size="4MiB")
-    c.set("user:1", {"name": "Ada"})
-    c.set("n", 41)
-    assert c.incr("n") == 42
-    assert c.get("user:1") == {"name": "Ada"}
-    assert pickle.loads(pickle.dumps(c.get))("user:1") == {"name": "Ada"}
-    with multiprocessing.get_context("spawn").Pool(1) as pool:
-        assert pool.apply(c.get, ("n",)) == 42
 
-    @c.memoize(ttl=60)
-    def square(x: int) -> int:
-        return x * x
+def main() -> None:
+    where = os.path.dirname(nearcache.__file__)
+    assert "site-packages" in where, where
+    print(f"nearcache {nearcache.__version__} from {where}")
+    with tempfile.TemporaryDirectory() as d:
+        c = Cache(path=os.path.join(d, "smoke"), size="4MiB")
+        c.set("user:1", {"name": "Ada"})
+        c.set("n", 41)
+        assert c.incr("n") == 42
+        assert c.get("user:1") == {"name": "Ada"}
+        assert pickle.loads(pickle.dumps(c.get))("user:1") == {"name": "Ada"}
+        with multiprocessing.get_context("spawn").Pool(1) as pool:
+            assert pool.apply(c.get, ("n",)) == 42
 
-    assert square(7) == 49 and square(7) == 49
-    c.close()
-print("smoke test: ok")
+        @c.memoize(ttl=60)
+        def square(x: int) -> int:
+            return x * x
+
+        assert square(7) == 49 and square(7) == 49
+        c.close()
+    print("smoke test: ok")
+
+
+if __name__ == "__main__":
+    main()
 PY
-)
+(cd "$venv" && run python3 smoke.py)
 (cd "$venv" && run nearcache --version)
 
 step "quick benchmark workload from the wheel"

@@ -129,9 +129,15 @@ def test_bench_saves_into_a_dated_folder_by_default(
     assert f"saved in {Path('nearcache-bench') / folder.name}/\n" in captured.err
     assert "load average (1/5/15 min) at start" in captured.out
     assert BenchResult.load(folder / "results.json").workloads[0].name == "chi-2010"
-    # --out chooses the folder; --no-save saves nothing.
+    assert "chi-2010.png" in names or "no charts" in captured.err
+    # --out chooses the folder (without matplotlib: no charts, and it says so);
+    # --no-save saves nothing.
+    import nearcache.bench.plots as plots
+
+    monkeypatch.setattr(plots, "matplotlib_missing", lambda: "matplotlib not importable (test)")
     assert main(_tiny("--out", str(tmp_path / "mine"))) == 0
-    assert (tmp_path / "mine" / "results.md").exists()
+    assert {p.name for p in (tmp_path / "mine").iterdir()} == {"results.json", "results.md"}
+    assert "no charts: matplotlib not importable (test)" in capsys.readouterr().err
     assert main(_tiny("--no-save")) == 0
     assert len(list((tmp_path / "nearcache-bench").iterdir())) == 1
 
@@ -140,8 +146,10 @@ def test_busy_machine_warns_in_output_and_results(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import nearcache.bench.machine as machine
+    import nearcache.bench.plots as plots
 
     monkeypatch.setattr(machine, "_loadavg", lambda: [3.5, 2.0, 1.0])
+    monkeypatch.setattr(plots, "matplotlib_missing", lambda: "not needed here")
     assert main(_tiny("--out", str(tmp_path / "busy"))) == 0
     assert "warning" in capsys.readouterr().out
     saved = BenchResult.load(tmp_path / "busy" / "results.json")
