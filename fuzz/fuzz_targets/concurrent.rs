@@ -12,12 +12,16 @@
 //! Operations must not crash or panic; they may fail with `Error::Corrupt`
 //! (a shard found inconsistent is reset) and reads may return values no
 //! longer than an entry may be. The lock words and shard magics are left
-//! alone (their defences are tested by dedicated tests).
+//! alone (their defences are tested by dedicated tests). Faults of the
+//! process around the engine (no-grace sweeps racing spills, lone
+//! re-opens, zombie lock holders, a `chdir` after a relative open,
+//! descriptor exhaustion) run in `lifecycle`, without a scribbler, where
+//! every read can be held to the model of what was acknowledged.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use nearcache_core::layout::{sh, Geometry, HEADER_SIZE, SHARD_HEADER_SIZE};
-use nearcache_core::{Cache, Error, OpenOptions};
+use nearcache_core::{Cache, Error, OpenOptions, Update, UpdateOptions};
 use nearcache_fuzz::{scratch, value_for, Input};
 use std::os::fd::AsRawFd;
 use std::sync::OnceLock;
@@ -111,6 +115,9 @@ fn ok<T>(r: Result<T, Error>, what: &str) {
         // sweep's grace, minutes), so a spilling set may be refused as
         // full meanwhile: a clear error that changes nothing.
         Err(Error::Full(_)) => {}
+        // A CAS loop on a shard the scribbler keeps changing may lose every
+        // attempt: bounded, then this clear error.
+        Err(Error::TooManyConflicts { .. }) => {}
         Err(e) => panic!("{what}: unexpected error under concurrent scribbling: {e}"),
     }
 }
@@ -122,7 +129,7 @@ fuzz_target!(|data: &[u8]| {
     let max_value = (c.max_entry_size() / 4).min(256 * 1024);
     while !input.is_empty() {
         let key = [b'k', input.u8() % 64];
-        match input.u8() % 8 {
+        match input.u8() % 9 {
             0 | 1 => ok(
                 c.get(&key).map(|v| {
                     if let Some(v) = v {
@@ -145,6 +152,25 @@ fuzz_target!(|data: &[u8]| {
                     })
                     .collect();
                 ok(c.set_many(&items, 0), "set_many");
+            }
+            7 => {
+                // A CAS loop: versions read while the scribbler rewrites the
+                // shard's seq and slots.
+                let opts = UpdateOptions { ttl_ms: 0, max_conflicts: 4 };
+                let grow = input.u8() as usize;
+                let r = c.update(
+                    &key,
+                    |e| {
+                        let mut v = e.map_or_else(Vec::new, |e| e.to_vec());
+                        v.truncate(max_value.saturating_sub(grow));
+                        v.extend(std::iter::repeat_n(b'+', grow));
+                        Update::Set(v, 0)
+                    },
+                    &opts,
+                );
+                ok(r, "update");
+                let version = input.u64();
+                ok(c.cas(&key, b"cas", 0, 0, version), "cas");
             }
             _ => {
                 let ks: Vec<[u8; 2]> =

@@ -20,7 +20,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use nearcache_core::layout::{sh, HEADER_SIZE, SHARD_HEADER_SIZE, SHARD_MAGIC};
-use nearcache_core::{Cache, Error, OpenOptions};
+use nearcache_core::{Cache, Error, OpenOptions, Update, UpdateOptions};
 use nearcache_fuzz::{scratch, value_for, Input};
 use std::os::fd::AsRawFd;
 use std::sync::OnceLock;
@@ -157,7 +157,7 @@ fn damage_magic(t: &Target, input: &mut Input<'_>) {
 
 fn op(c: &Cache, input: &mut Input<'_>) {
     let key = [b'k', input.u8() % 40];
-    match input.u8() % 12 {
+    match input.u8() % 14 {
         0 | 1 => {
             if let Some(v) = c.get(&key).expect("get") {
                 assert!(v.data.len() <= c.max_entry_size());
@@ -198,9 +198,28 @@ fn op(c: &Cache, input: &mut Input<'_>) {
             c.touch(&key, input.u8() as u64).expect("touch");
             c.pop(&key).expect("pop");
         }
-        _ => {
+        11 => {
             let _ = c.add(&key, b"added", 0, 0).expect("add");
             let _ = c.replace(&key, b"replaced", 0, 0).expect("replace");
+        }
+        // Versions read from a scribbled shard (its seq and slots are the
+        // attacker's) may make a CAS fail or store wrongly, never unsafe.
+        12 => {
+            let version = match input.u8() % 3 {
+                0 => c.get_versioned(&key).expect("get_versioned").map_or(0, |(_, v)| v),
+                1 => c.version(&key).expect("version"),
+                _ => input.u64(),
+            };
+            let len = input.u8() as usize * 4;
+            c.cas(&key, &value_for(&key, input.u8(), len), 0, 0, version).expect("cas");
+            c.delete_if_version(&key, version).expect("delete_if_version");
+        }
+        _ => {
+            let opts = UpdateOptions { ttl_ms: 0, max_conflicts: 3 };
+            match c.update(&key, |e| Update::Set(e.map_or(vec![1], |e| e.to_vec()), 0), &opts) {
+                Ok(_) | Err(Error::TooManyConflicts { .. }) => {}
+                Err(e) => panic!("update: {e}"),
+            }
         }
     }
 }

@@ -14,12 +14,14 @@
 //! * incr() returns the latest counter plus delta, or initial plus delta
 //!   (the counter was evicted); NotACounter only for a live non-counter;
 //! * a failed set (too large) or set_many leaves the cache unchanged;
+//! * a compare-and-swap with a version made stale by a set never stores;
+//!   one that stores leaves its value as the key's latest;
 //! * bad keys are refused with BadKey; `check()` passes after any sequence.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use nearcache_core::layout::{entry_size, MAX_KEY_LEN};
-use nearcache_core::{Cache, Error, OpenOptions, Value, FLAG_INT, FLAG_SPILLED};
+use nearcache_core::{Cache, CasOutcome, Error, OpenOptions, Value, FLAG_INT, FLAG_SPILLED};
 use nearcache_fuzz::{scratch, value_for, Input};
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -165,7 +167,7 @@ impl Run<'_> {
         let c = self.c;
         let k = input.u8() as usize % NKEYS;
         let key = &keys()[k];
-        match input.u8() % 16 {
+        match input.u8() % 17 {
             0 | 1 => {
                 let r = c.get(key);
                 if !self.bad_key(k, &r) {
@@ -357,11 +359,53 @@ impl Run<'_> {
                     assert!(self.model(k).present(), "contains() finds deleted key {k}");
                 }
             }
+            15 => self.cas_step(k, input),
             _ => {
                 if let Err(e) = c.check() {
                     panic!("check failed: {e}");
                 }
             }
+        }
+    }
+
+    /// Compare-and-swap: read a version, maybe make it stale with a set,
+    /// then CAS with it. A stale version never stores; a stored CAS is the
+    /// key's latest value.
+    fn cas_step(&mut self, k: usize, input: &mut Input<'_>) {
+        let c = self.c;
+        let key = &keys()[k];
+        let r = c.get_versioned(key);
+        if self.bad_key(k, &r) {
+            return;
+        }
+        let got = r.unwrap();
+        self.check_hit(k, got.as_ref().map(|(v, _)| v), "get_versioned");
+        let version = got.map_or(0, |(_, v)| v);
+        let stale = input.u8() & 1 == 0;
+        if stale {
+            let (data, flags) = Self::value(input, k);
+            if !self.fits(k, data.len()) {
+                return;
+            }
+            c.set(key, &data, flags, 0).expect("set");
+            self.model.insert(k, Model::Val { data, flags, may_expire: false });
+        }
+        let (data, flags) = Self::value(input, k);
+        let ttl = Self::ttl(input);
+        let before = c.get(key).unwrap();
+        let r = c.cas(key, &data, flags, ttl, version);
+        if !self.fits(k, data.len()) {
+            assert!(matches!(r, Err(Error::ValueTooLarge { .. })), "oversized cas: {r:?}");
+            self.unchanged(k, &before);
+            return;
+        }
+        match r.expect("cas of a valid entry") {
+            CasOutcome::Stored(v) => {
+                assert!(!stale, "a CAS with a stale version stored (key {k})");
+                assert_ne!(v, 0, "version 0 names a stored value");
+                self.model.insert(k, Model::Val { data, flags, may_expire: ttl != 0 });
+            }
+            CasOutcome::Conflict(_) => self.unchanged(k, &before),
         }
     }
 }

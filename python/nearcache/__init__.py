@@ -39,6 +39,7 @@ from nearcache.errors import (
     PermissionDeniedError,
     SerializationError,
     ShardLockTimeoutError,
+    UpdateConflictError,
     ValueTooLargeError,
 )
 from nearcache.locks import Lock
@@ -96,6 +97,7 @@ __all__ = [
     "ShardLockTimeoutError",
     "SignedCache",
     "TieredCache",
+    "UpdateConflictError",
     "ValueCodec",
     "ValueTooLargeError",
     "ZstdCompressor",

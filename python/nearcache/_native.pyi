@@ -57,6 +57,7 @@ __all__ = [
     "PermissionDeniedError",
     "Reader",
     "ShardLockTimeoutError",
+    "UpdateConflictError",
     "ValueTooLargeError",
     "__version__",
     "default_directory",
@@ -126,6 +127,9 @@ class CounterOverflowError(Error, OverflowError):
 
 class ShardLockTimeoutError(Error, TimeoutError):
     """A write could not take its shard's lock within the lock timeout."""
+
+class UpdateConflictError(Error, RuntimeError):
+    """An update lost its compare-and-swap too many times in a row; it wrote nothing."""
 
 @final
 class NativeCache:
@@ -210,7 +214,14 @@ class NativeCache:
     def pop(self, key: _Key) -> tuple[bytes, int] | None: ...
 
     # Typed path: native values encoded by flag; others come back as (flags, bytes).
-    def get_typed(self, key: _Key, default: _D = ...) -> _Native | tuple[int, bytes] | _D: ...
+    def get_typed(
+        self, key: _Key, default: _D = ..., *, version: bool = False
+    ) -> _Native | tuple[int, bytes] | _D | tuple[object, int]:
+        """The value (native types decoded), or ``default`` on a miss.
+
+        With ``version=True``: ``(value, version)``, version 0 on a miss; an
+        entry that does not decode reads as ``default`` with its real version.
+        """
     def set_typed(self, key: _Key, value: _Native, ttl_ms: int | None = None) -> None:
         """Store a bytes/str/int (64-bit)/float/bool/None value with its flag.
 
@@ -222,6 +233,22 @@ class NativeCache:
     def delete(self, key: _Key) -> bool: ...
     def delete_if_equals(self, key: _Key, value: bytes) -> bool:
         """Delete ``key`` only if its raw value is exactly ``value`` (atomic)."""
+    def get_entry_versioned(self, key: _Key) -> tuple[bytes, int, int] | None:
+        """Raw value, flags and version (never 0), or None on a miss."""
+    def cas(
+        self, key: _Key, value: bytes, version: int, ttl_ms: int | None = None, flags: int = 0
+    ) -> tuple[bool, int]:
+        """Store only if ``key``'s version is ``version`` (0: only if absent).
+
+        Returns ``(stored, version)``: the new version if it stored, else the
+        version found (0: absent), with nothing changed.
+        """
+    def cas_typed(
+        self, key: _Key, value: _Native, version: int, ttl_ms: int | None = None
+    ) -> tuple[bool, int]:
+        """``cas`` of a natively stored value (as ``set_typed`` encodes it)."""
+    def delete_if_version(self, key: _Key, version: int) -> bool:
+        """Delete ``key`` only if its version is ``version`` (0 never matches)."""
     def touch(self, key: _Key, ttl_ms: int | None = None) -> bool: ...
     def ttl_ms(self, key: _Key) -> int | None:
         """Milliseconds left (0 = never expires), None on a miss."""
@@ -273,6 +300,8 @@ class NativeCache:
         """Index of the shard that holds ``key``."""
     def _debug_hold_shard_mid_write(self, key: _Key, seconds: float) -> None:
         """Test hook: lock key's shard, leave it half-written, sleep (GIL released)."""
+    def _debug_sweep_spilled(self, grace: float) -> int:
+        """Test hook: sweep orphaned spill files older than ``grace`` s; files removed."""
     def flush(self) -> None:
         """msync the mapping (for caches on a persistent file system)."""
     def close(self) -> None: ...
@@ -336,8 +365,8 @@ class Reader:
     def get(self, key: _Key, default: object = None, *, version: bool = False) -> Any:
         """Return the value of ``key``, or ``default`` on a miss.
 
-        With ``version=True``, ``(value, version)`` from the cache's
-        versioned read (``get_versioned``)."""
+        With ``version=True``, ``(value, version)``: the version names this
+        value for a compare-and-swap (as ``NativeCache.get_typed``)."""
     def __reduce__(self) -> tuple[Callable[..., object], tuple[object, ...]]: ...
 
 MISSING: Final[object]

@@ -33,13 +33,14 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import timedelta
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, Final, Literal, NoReturn, TypeVar, cast, overload
 
 from nearcache import _native
-from nearcache.errors import CacheClosedError, ConfigurationError
+from nearcache.errors import CacheClosedError, ConfigurationError, UpdateConflictError
 from nearcache.keys import (
     Key,
     check_key_collection,
@@ -78,6 +79,8 @@ D = TypeVar("D")
 
 #: Size of a cache file created without an explicit ``size``.
 DEFAULT_SIZE: Final = 64 * 1024 * 1024
+#: Lost attempts in a row after which :meth:`Cache.update` gives up (as the engine's).
+DEFAULT_MAX_CONFLICTS: Final = 10_000
 #: Environment variable that overrides the default directory of named caches.
 DIRECTORY_ENV: Final = "NEARCACHE_DIR"
 
@@ -653,20 +656,31 @@ class Cache:
     def get(self, key: Key) -> Any: ...
     @overload
     def get(self, key: Key, default: D) -> Any | D: ...
-    def get(self, key: Key, default: Any = None) -> Any:
+    @overload
+    def get(self, key: Key, default: Any = None, *, version: Literal[True]) -> tuple[Any, int]: ...
+    @overload
+    def get(self, key: Key, default: Any = None, *, version: bool) -> Any: ...
+    def get(self, key: Key, default: Any = None, *, version: bool = False) -> Any:
         """Return the value of ``key``, or ``default`` on a miss.
+
+        With ``version=True``, return ``(value, version)``: the version names
+        the value read (0 on a miss) and is what :meth:`cas` takes.  An entry
+        that cannot be decoded reads as ``default`` with its real version, so
+        a :meth:`cas` can replace it.
 
         >>> c = Cache("doc-get", size="1MiB")
         >>> c.set(1, b"int key"); c.set("1", "str key")
         >>> c.get(1), c.get("1"), c.get(2, 0)
         (b'int key', 'str key', 0)
+        >>> c.get("nope", version=True)
+        (None, 0)
         >>> c.clear()
         """
         # Unsigned caches replace this method on the instance by the engine's
         # own typed get (same signature and result, _native.Reader.get),
         # which decodes native types itself and calls this cache's decoder
         # for the rest.
-        return self._native.get_typed(key, default)
+        return self._native.get_typed(key, default, version=version)
 
     def __getitem__(self, key: Key) -> Any:
         """``cache[key]``: the value, or :class:`KeyError` on a miss."""
@@ -859,6 +873,85 @@ class Cache:
             return created
         current: Any = self.get(key, _MISS)
         return created if current is _MISS else cast(T, current)
+
+    # ------------------------------------------------------- read-modify-write
+
+    def cas(self, key: Key, value: Any, version: int, *, ttl: Duration | None = None) -> bool:
+        """Store ``value`` only if ``key`` still has ``version``; return whether it stored.
+
+        ``version`` comes from ``get(key, version=True)``; ``0`` means "only if
+        absent".  Atomic across processes: of several ``cas`` calls with one
+        version, at most one stores.  A ``cas`` may fail although the value
+        did not change (the engine moved the key while compacting): read again
+        and retry, or use :meth:`update`, which does.  The version compared is
+        the stored entry's (its bytes and flags), whatever the serializer.
+
+        >>> c = Cache("doc-cas", size="1MiB")
+        >>> c.set("k", 1)
+        >>> value, version = c.get("k", version=True)
+        >>> c.cas("k", value + 1, version), c.cas("k", 100, version), c["k"]
+        (True, False, 2)
+        >>> c.clear()
+        """
+        version = _check_version(version)
+        ttl_ms = ttl_to_ms(ttl)
+        if value.__class__ in self._prepared.direct_types:
+            try:
+                return self._native.cas_typed(key, value, version, ttl_ms)[0]
+            except OverflowError:
+                pass  # an int beyond 64 bits: serialize it
+        nkey = native_key(key)
+        flags, payload = self._prepared.codec.encode(value, self._signed_key(nkey))
+        return self._native.cas(nkey, payload, version, ttl_ms, flags)[0]
+
+    def update(
+        self,
+        key: Key,
+        fn: Callable[[Any], Any],
+        *,
+        default: Any = _MISS,
+        ttl: Duration | None = None,
+        max_conflicts: int = DEFAULT_MAX_CONFLICTS,
+    ) -> Any:
+        """Atomically replace the value of ``key`` by ``fn(value)``; return the new value.
+
+        A missing key is ``fn(default)``; without ``default`` a missing key
+        raises :class:`KeyError`.  ``fn`` runs without any lock held, on the
+        value read; the result is stored with :meth:`cas`, and if another
+        process wrote the key in between, the value is read again and ``fn``
+        called again, so ``fn`` may run several times and must have no other
+        effect.  After ``max_conflicts`` lost attempts in a row it raises
+        :class:`~nearcache.UpdateConflictError`, its last attempt having
+        written nothing.  An exception from ``fn`` propagates and nothing is
+        written.
+
+        >>> c = Cache("doc-update", size="1MiB")
+        >>> c.update("hits", lambda n: n + 1, default=0)
+        1
+        >>> c.update("tags", lambda t: t | {"new"}, default=frozenset())
+        frozenset({'new'})
+        >>> c.clear()
+        """
+        check_max_conflicts(max_conflicts)
+        ttl_to_ms(ttl)  # a bad ttl fails before fn runs
+        conflicts = 0
+        while True:
+            value, version = self.get(key, _MISS, version=True)
+            if value is _MISS:
+                if default is _MISS:
+                    raise KeyError(key)
+                value = default
+            new = fn(value)
+            if self.cas(key, new, version, ttl=ttl):
+                return new
+            conflicts += 1
+            if conflicts >= max_conflicts:
+                raise update_conflict(key, conflicts)
+            time.sleep(backoff_seconds(conflicts))
+
+    def delete_if_version(self, key: Key, version: int) -> bool:
+        """Remove ``key`` only if it still has ``version``; return whether it did."""
+        return self._native.delete_if_version(native_key(key), _check_version(version))
 
     def touch(
         self, key: Key, ttl: Duration | None = None, expire_at: ExpireAt | None = None
@@ -1134,8 +1227,13 @@ class SignedCache(Cache):
     >>> c.clear()
     """
 
-    def get(self, key: Key, default: Any = None) -> Any:
+    def get(self, key: Key, default: Any = None, *, version: bool = False) -> Any:
         nkey = native_key(key)
+        if version:
+            got = self._native.get_entry_versioned(nkey)
+            if got is None:
+                return default, 0
+            return self._decode_signed(nkey, got[1], got[0], default), got[2]
         entry = self._native.get_entry(nkey)
         if entry is None:
             return default
@@ -1173,6 +1271,40 @@ class SignedCache(Cache):
 
     def _signed_key(self, nkey: Key) -> bytes:
         return self._prepared.prefix + encode_key(nkey)
+
+
+def _check_version(version: object) -> int:
+    """A version as :meth:`Cache.cas` takes it, or a clear error."""
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise TypeError(
+            f"version must be an int from get(key, version=True), not {type(version).__name__}"
+        )
+    if not 0 <= version < 1 << 64:
+        raise ValueError(f"version must be between 0 and 2**64 - 1, got {version}")
+    return version
+
+
+def check_max_conflicts(max_conflicts: object) -> None:
+    """Refuse a ``max_conflicts`` that is not an int >= 1 (before anything runs)."""
+    if isinstance(max_conflicts, bool) or not isinstance(max_conflicts, int):
+        raise TypeError(f"max_conflicts must be an int, not {type(max_conflicts).__name__}")
+    if max_conflicts < 1:
+        raise ValueError(f"max_conflicts must be >= 1, got {max_conflicts}")
+
+
+def update_conflict(key: object, conflicts: int) -> UpdateConflictError:
+    """The error of an update that lost ``conflicts`` attempts in a row."""
+    return UpdateConflictError(
+        f"update of {key!r} lost to other writers {conflicts} times in a row and gave up; "
+        "its last attempt wrote nothing (raise max_conflicts, or write the key less often)"
+    )
+
+
+def backoff_seconds(conflicts: int) -> float:
+    """The pause after the ``conflicts``-th lost attempt of one update in a
+    row: give the CPU away at first, then sleep a little longer each time (at
+    most 1 ms), so that writers racing for one key spread out."""
+    return 0.0 if conflicts < 4 else min(conflicts, 1000) * 1e-6
 
 
 def _reopen(options: dict[str, Any]) -> Cache:

@@ -6,6 +6,7 @@
     nearcache bench [WORKLOAD ...] [--quick] [--out DIR | --no-save] [--json FILE]
                     [--markdown FILE] [--plot DIR] [--redis URL] [--memcached HOST:PORT]
                     [--start-servers] [--backends NAME,...] [--exclude NAME,...]
+                    [--sizes SIZE,...]
     nearcache bench --list              workloads and backends, and why some would be skipped
     nearcache bench --load FILE         re-render a saved JSON result (tables, --markdown, --plot)
     nearcache ls [--json]               this user's caches: size, memory, entries, hit ratio
@@ -157,6 +158,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument(
         "--nearcache-dir", type=Path, metavar="DIR", help="directory of nearcache's files"
+    )
+    bench.add_argument(
+        "--sizes",
+        type=_csv,
+        default=[],
+        metavar="SIZE,...",
+        help="file sizes of the large workload (1GiB,4GiB,16GiB; e.g. 64MiB,1GiB)",
     )
     bench.add_argument("--list", action="store_true", help="list workloads and backends, then exit")
     bench.add_argument("--load", type=Path, metavar="FILE", help="re-render a JSON result")
@@ -331,6 +339,18 @@ def _bench(args: argparse.Namespace, argv: list[str]) -> int:
     if unknown:
         err.print(f"unknown workload(s): {', '.join(unknown)}; known: {', '.join(WORKLOADS)}")
         return 2
+    workload_options: dict[str, Any] = {}
+    if args.sizes:
+        if "large" not in args.workloads:
+            err.print("--sizes applies to the large workload: name it (nearcache bench large)")
+            return 2
+        from .units import parse_size
+
+        try:
+            workload_options["sizes"] = [parse_size(s) for s in args.sizes]
+        except (TypeError, ValueError) as exc:
+            err.print(f"--sizes: {exc}")
+            return 2
     profile = PROFILES[args.profile or ("quick" if args.quick else "default")]
     if args.repeats is not None:
         if args.repeats < 1:
@@ -360,6 +380,7 @@ def _bench(args: argparse.Namespace, argv: list[str]) -> int:
         progress=not args.no_progress,
         command=shlex.join(["nearcache", *argv]),
         debug=args.debug,
+        workload_options=workload_options,
     )
     try:
         result, tables = runner.run(options, console)
@@ -431,11 +452,32 @@ def _resolve(name: str) -> str:
 
 def _open_native(name: str) -> Any:
     from ._native import NativeCache
+    from .errors import IncompatibleFileError
 
     path = _resolve(name)
     if not os.path.exists(path):
         raise FileNotFoundError(f"no cache file at {path}")
-    return NativeCache(path, 0, create=False)
+    try:
+        return NativeCache(path, 0, create=False)
+    except IncompatibleFileError as exc:
+        raise _incompatible_here(exc, path) from exc
+
+
+def _incompatible_here(exc: Exception, path: str) -> Exception:
+    """A file this command cannot read, told in its terms (it opens every file with
+    the file's own size, so only the layout can differ): not the ``Cache()``
+    arguments the engine's message names."""
+    from ._incompatible import engine_facts
+    from .errors import IncompatibleFileError
+
+    facts = engine_facts(str(exc))
+    if path not in facts:
+        facts = f"{facts} ({path})"
+    return IncompatibleFileError(
+        f"{facts}. This nearcache command reads only files of its own layout: use the "
+        "nearcache command of the version that wrote the file, or delete the file once no "
+        "process of that version uses it (the next open creates it anew)"
+    )
 
 
 def _print_mapping(title: str, data: dict[str, Any]) -> None:

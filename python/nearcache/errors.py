@@ -21,6 +21,7 @@ code written for those keeps working::
     ├── CacheOSError              (OSError) a system call on the cache file failed
     │   └── CacheNotFoundError    (FileNotFoundError) no cache file (create=False)
     ├── ShardLockTimeoutError     (TimeoutError) a write waited too long for a shard lock
+    ├── UpdateConflictError       (RuntimeError) an update lost to other writers too often
     ├── BackendError              a remote store (Redis, memcached) failed or timed out
     └── LockError                 base of the lock helper's errors
         ├── LockTimeoutError      (TimeoutError) the lock was not acquired in time
@@ -62,6 +63,7 @@ from nearcache._native import (
     NotACounterError,
     PermissionDeniedError,
     ShardLockTimeoutError,
+    UpdateConflictError,
     ValueTooLargeError,
 )
 
@@ -87,6 +89,7 @@ __all__ = [
     "PermissionDeniedError",
     "SerializationError",
     "ShardLockTimeoutError",
+    "UpdateConflictError",
     "ValueTooLargeError",
 ]
 

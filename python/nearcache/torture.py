@@ -2,7 +2,7 @@
 
 ``python -m nearcache.torture --duration 600`` runs N worker processes
 (default 8) doing a random mix of ``get``/``get_many``/``set``/``add``/
-``set_many``/``delete``/``pop``/``incr`` on a deliberately small cache, so
+``set_many``/``delete``/``pop``/``incr``/``cas`` on a deliberately small cache, so
 that shards are compacted and entries evicted all the time, while the
 coordinator process SIGKILLs random workers at random moments and restarts
 them.  Some kills are aimed: the victim is told to lock a shard and leave it
@@ -30,7 +30,10 @@ and every read is verified as it happens:
   32 bits must grow strictly with every increment a worker makes and never
   shrink between reads.  A counter that vanishes (evicted, deleted, or lost
   with its shard in a reset) is reborn with a new id: counters never go
-  backwards, they may only restart;
+  backwards, they may only restart.  Some increments are compare-and-swaps
+  (read with the version, write only if unchanged) racing the in-place
+  ones: one that stored over a write it did not read would take a counter
+  back below a count its writer saw;
 * **latency**: every operation is timed; one slower than ``--latency-bound``
   is a violation, and a watchdog flags (and kills) any operation blocked for
   longer than ``--stall-limit``;
@@ -50,6 +53,29 @@ and every read is verified as it happens:
   a spilled value as refused (``spill_refused``: a missing, torn or foreign
   file), and at the end a process attaching alone must find exactly one file
   per spilled value (every orphan of a killed writer swept);
+* **acknowledged sets**: each worker owns a few keys no one else writes
+  or deletes (``o:<slot>:<i>``), a share of them spilled.  After a set of
+  one returned, every read must return exactly that value until the key's
+  shard shows a reason it may be gone (an eviction, an expiry, a shard
+  reset or salvage that lost entries, a lock timeout turning a read into a
+  miss): a miss without one is a silent disappearance, a violation;
+* **sweeps**: workers sweep the spill directory with no grace
+  (``--sweep-weight``) while others spill, publish and pop;
+* **lone re-opens during traffic** (``--reopen-interval``): every process
+  detaches at once and re-attaches at once, so that one of them opens the
+  file alone (repairing, sweeping and recounting the spilled values) while
+  the others wait to attach and then write at once;
+* **zombies** (``--zombie-fraction`` of the aimed kills): the worker held
+  mid-write is SIGKILLed and left unreaped for ``--zombie-hold`` seconds;
+  its shard must be taken over and repaired at once all the same;
+* **relative opens** (``--relative-fraction`` of worker starts): the
+  worker opens the cache through a path relative to its working directory
+  and then moves to ``/``;
+* **descriptor exhaustion** (``--nofile-weight``): a worker lowers its
+  ``RLIMIT_NOFILE`` to what it has open and fills it, reads (spilled values
+  may miss then, in that process only), tries a spilled write (refused with
+  an error), gives the descriptors back and reads its keys again: nothing
+  may be gone for it;
 * **at the end** (after ``--settle`` seconds without kills): ``check()``
   must pass, every stored value must still verify, and the engine's
   ``corruptions`` counter must be zero (a kill mid-write is repaired
@@ -75,6 +101,7 @@ import math
 import mmap
 import os
 import random
+import resource
 import shutil
 import signal
 import struct
@@ -95,6 +122,7 @@ __all__ = [
     "counter_regressed",
     "main",
     "make_value",
+    "owned_key",
     "parse_value",
     "run",
 ]
@@ -123,12 +151,38 @@ _VERIFIED = 10  # values checked (torn/foreign/flags/stale/expiry)
 _STARTS = 11  # worker incarnations started in this slot
 _EXPIRY_CHECKS = 12  # values read past their embedded expiry, checked with the engine
 _WRITE_TIMEOUTS = 13  # writes refused with ShardLockTimeoutError (a peer held the lock)
+_PAUSED = 14  # worker: 1 while detached for a re-open storm
+_OWNED = 15  # reads of owned keys checked against their acknowledged value
 _HIST = 16  # latency histogram: bucket b counts ops of [2^b, 2^(b+1)) ns
 _HIST_BUCKETS = 40
+_OWNED_FORGIVEN = _HIST + _HIST_BUCKETS  # owned keys gone with a counted reason
+_SWEEPS = _OWNED_FORGIVEN + 1  # sweeps run by this slot's workers
+_SWEPT = _OWNED_FORGIVEN + 2  # files they removed
+_NOFILE = _OWNED_FORGIVEN + 3  # descriptor-exhaustion episodes
+_NOFILE_REFUSED = _OWNED_FORGIVEN + 4  # operations refused for want of a descriptor
+_RELATIVE = _OWNED_FORGIVEN + 5  # worker starts that opened through a relative path
 _SLOT_WORDS = _HIST + _HIST_BUCKETS + 8
+_G_PAUSE = 1  # coordinator: 1 while every process must detach (re-open storm)
 
-_OP_NAMES = ("get", "get_many", "set", "add", "set_many", "delete", "pop", "incr", "counter_get")
-_OP_WEIGHTS = (34, 10, 22, 6, 3, 6, 2, 12, 5)
+_OP_NAMES = (
+    "get",
+    "get_many",
+    "set",
+    "add",
+    "set_many",
+    "delete",
+    "pop",
+    "incr",
+    "counter_get",
+    "cas_incr",
+    "owned_set",
+    "owned_get",
+    "sweep",
+    "nofile",
+)
+_OP_WEIGHTS = (34, 10, 22, 6, 3, 6, 2, 9, 5, 3, 4, 6)  # sweep and nofile: from the config
+_OWNED_KEYS = 12  # keys each worker owns
+_OWNED_SPILL_FRACTION = 0.3  # share of owned values kept in files
 
 _MAGIC = b"NCT1"
 _HEAD = struct.Struct("<4sHIQQI")  # magic, key len, writer, seq, expires_ms, flags
@@ -156,6 +210,16 @@ def data_key(i: int) -> bytes:
 def counter_key(i: int) -> bytes:
     """The ``i``-th counter key."""
     return b"c:%d" % i
+
+
+def owned_key(slot: int, i: int) -> bytes:
+    """The ``i``-th key owned by worker slot ``slot`` (no one else writes it)."""
+    return b"o:%d:%d" % (slot, i)
+
+
+# Shard counters that move when an entry may leave without being deleted:
+# a read miss of an owned key is allowed only after one of them moved.
+_GONE_REASONS = ("evictions", "expirations", "resets", "entries_lost", "lock_timeouts")
 
 
 def make_value(key: bytes, writer: int, seq: int, expires_ms: int, flags: int, size: int) -> bytes:
@@ -239,6 +303,12 @@ class TortureConfig:
     ttl_fraction: float = 0.15
     spill_fraction: float = 0.01
     spill_threshold: int = 16384
+    sweep_weight: float = 1.0
+    reopen_interval: float = 15.0
+    zombie_fraction: float = 0.3
+    zombie_hold: float = 1.0
+    relative_fraction: float = 0.25
+    nofile_weight: float = 0.3
     seed: int | None = None
     directory: str | None = None
     keep: bool = False
@@ -282,6 +352,7 @@ class TortureReport:
     latency_bound_ms: float
     final_check: dict[str, int]
     spill: dict[str, int]
+    faults: dict[str, int]
     violations: int
     violation_kinds: dict[str, int]
     violation_samples: list[dict[str, Any]]
@@ -319,6 +390,7 @@ class TortureReport:
             f"  spilled values      {self.spill.get('spilled_values', 0):,} "
             f"({self.spill.get('spilled_bytes', 0):,} bytes) in "
             f"{self.spill.get('files', 0):,} files after a lone reopen",
+            f"  faults              {self.faults}",
             f"  violations          {self.violations} {self.violation_kinds or ''}".rstrip(),
         ]
         lines += [f"    {json.dumps(v, sort_keys=True)}" for v in self.violation_samples]
@@ -345,11 +417,34 @@ class _Worker:
         self.violation_fd = os.open(
             run_dir / f"violations-{slot}.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600
         )
-        self.cache = _native.NativeCache(path, 0, create=False, spill_threshold=cfg.spill_threshold)
+        self.path = path
+        # Some workers open through a relative path, then move away (as
+        # daemons do): the engine must keep naming the same files.
+        self.relative = self.rng.random() < cfg.relative_fraction
+        if self.relative:
+            words[self.base + _RELATIVE] += 1
+        self.cache = self.open_cache()
         self.max_value = max(16, min(cfg.max_value, self.cache.max_entry_size - 256))
         self.seq = 0
         self.seen: dict[tuple[int, int], int] = {}
         self.counters: dict[int, tuple[int, int]] = {}
+        # Owned key index -> (seq, flags, shard counters before the set, spilled).
+        self.owned: dict[int, tuple[int, int, tuple[int, ...], bool]] = {}
+        self.weights = [*_OP_WEIGHTS, cfg.sweep_weight, cfg.nofile_weight]
+
+    def open_cache(self) -> _native.NativeCache:
+        """Open this worker's handle (relative workers: from the cache's
+        directory, then move to ``/``)."""
+        threshold = self.cfg.spill_threshold
+        if not self.relative:
+            return _native.NativeCache(self.path, 0, create=False, spill_threshold=threshold)
+        os.chdir(os.path.dirname(self.path))
+        try:
+            return _native.NativeCache(
+                os.path.basename(self.path), 0, create=False, spill_threshold=threshold
+            )
+        finally:
+            os.chdir("/")
 
     # -- bookkeeping
 
@@ -469,9 +564,130 @@ class _Worker:
 
     # -- operations
 
+    # -- owned keys: acknowledged sets must stay readable
+
+    def gone_reasons(self, key: bytes) -> tuple[int, ...]:
+        """The counters of ``key``'s shard that move when an entry may leave."""
+        stats = self.cache.shard_stats()[self.cache.shard_of(key)]
+        return tuple(stats[r] for r in _GONE_REASONS)
+
+    def owned_set(self, op: int, spilled: bool) -> None:
+        j = self.rng.randrange(_OWNED_KEYS)
+        key = owned_key(self.slot, j)
+        before = self.gone_reasons(key)
+        self.seq += 1
+        threshold = self.cfg.spill_threshold
+        size = (
+            self.rng.randrange(threshold + 1, threshold * 4)
+            if spilled
+            else self.rng.randrange(0, 256)
+        )
+        flags = _FLAG_BASE + self.seq % 1000
+        value = make_value(key, self.writer, self.seq, 0, flags, size)
+        t = self.begin()
+        self.cache.set(key, value, None, flags)
+        self.timed(op, t)
+        # Acknowledged: readable from now on until its shard shows a reason.
+        self.owned[j] = (self.seq, flags, before, spilled)
+
+    def check_owned(self, j: int, got: tuple[bytes, int] | None, local_miss: bool = False) -> None:
+        """Check a read of owned key ``j`` against its acknowledged value.
+
+        ``local_miss``: this process is out of descriptors, so a spilled
+        value may miss here (and only here).
+        """
+        seq, flags, before, spilled = self.owned[j]
+        key = owned_key(self.slot, j)
+        self.words[self.base + _OWNED] += 1
+        if got is None:
+            if local_miss and spilled:
+                return
+            if self.gone_reasons(key) != before:
+                self.words[self.base + _OWNED_FORGIVEN] += 1
+            else:
+                self.violation("acknowledged value vanished", key=key, seq=seq, spilled=spilled)
+            del self.owned[j]
+            return
+        self.words[self.base + _VERIFIED] += 1
+        try:
+            info = parse_value(key, got[0])
+        except ValueError as exc:
+            self.violation("bad value", key=key, error=str(exc), length=len(got[0]))
+            return
+        if (info.writer, info.seq, got[1]) != (self.writer, seq, flags):
+            self.violation(
+                "owned key holds another value",
+                key=key,
+                expected_seq=seq,
+                writer=info.writer,
+                seq=info.seq,
+            )
+
+    def owned_get(self, op: int) -> None:
+        if not self.owned:
+            self.owned_set(op, self.rng.random() < _OWNED_SPILL_FRACTION)
+            return
+        j = self.rng.choice(sorted(self.owned))
+        t = self.begin()
+        got = self.cache.get_entry(owned_key(self.slot, j))
+        self.timed(op, t)
+        self.check_owned(j, got)
+
+    def sweep(self, op: int) -> None:
+        """Sweep the spill directory with no grace while others spill."""
+        t = self.begin()
+        removed = self.cache._debug_sweep_spilled(0.0)
+        self.timed(op, t)
+        self.words[self.base + _SWEEPS] += 1
+        self.words[self.base + _SWEPT] += removed
+
+    def nofile(self, op: int) -> None:
+        """Run out of descriptors, read and write, give them back, read again."""
+        self.words[self.base + _NOFILE] += 1
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        held: list[int] = []
+        resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 2, hard))
+        try:
+            with contextlib.suppress(OSError):
+                while True:
+                    held.append(os.open("/dev/null", os.O_RDONLY))
+            for j in sorted(self.owned):
+                t = self.begin()
+                got = self.cache.get_entry(owned_key(self.slot, j))
+                self.timed(op, t)
+                self.check_owned(j, got, local_miss=True)
+            try:
+                self.owned_set(op, spilled=True)
+            except OSError:
+                # Spilling needs a descriptor: refused, nothing changed.
+                self.words[self.base + _OP_START] = 0
+                self.words[self.base + _NOFILE_REFUSED] += 1
+        finally:
+            for fd in held:
+                os.close(fd)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        for j in sorted(self.owned):
+            t = self.begin()
+            got = self.cache.get_entry(owned_key(self.slot, j))
+            self.timed(op, t)
+            self.check_owned(j, got)
+
+    def pause(self) -> None:
+        """Detach for a re-open storm, then attach again with everyone else."""
+        words, base = self.words, self.base
+        self.cache.close()
+        del self.cache  # the mapping goes with the last handle: detached
+        words[base + _PAUSED] = 1
+        while words[_G_PAUSE] and not words[_G_STOP]:
+            time.sleep(0.0002)
+        words[base + _OP_START] = time.monotonic_ns()
+        self.cache = self.open_cache()
+        words[base + _OP_START] = 0
+        words[base + _PAUSED] = 0
+
     def step(self) -> None:
         cfg, rng, cache = self.cfg, self.rng, self.cache
-        op = rng.choices(range(len(_OP_NAMES)), _OP_WEIGHTS)[0]
+        op = rng.choices(range(len(_OP_NAMES)), self.weights)[0]
         name = _OP_NAMES[op]
         i = rng.randrange(cfg.keys)
         key = data_key(i)
@@ -530,8 +746,18 @@ class _Worker:
                     self.verify(i, key, popped, now_ms)
             elif name == "incr":
                 self.incr(op)
-            else:
+            elif name == "cas_incr":
+                self.cas_incr(op)
+            elif name == "counter_get":
                 self.counter_get(op)
+            elif name == "owned_set":
+                self.owned_set(op, rng.random() < _OWNED_SPILL_FRACTION)
+            elif name == "owned_get":
+                self.owned_get(op)
+            elif name == "sweep":
+                self.sweep(op)
+            else:
+                self.nofile(op)
         except _native.ShardLockTimeoutError:
             # A peer held the shard lock past the lock timeout (a worker
             # held mid-write before its kill): the write was refused,
@@ -570,6 +796,38 @@ class _Worker:
             self.observe_counter(index, value, strict=True)
             return
 
+    def cas_incr(self, op: int) -> None:
+        """Increment a counter by compare-and-swap (read it with its version,
+        write the sum only if the version is unchanged), racing the in-place
+        increments of the same counters.  A CAS that stored over a write it
+        did not read would take the counter back below a count its writer
+        saw: the strict check of that writer's next increment catches it."""
+        index = self.rng.randrange(self.cfg.counters)
+        key = counter_key(index)
+        delta = self.rng.randrange(1, 4)
+        for _attempt in range(8):
+            t = self.begin()
+            got = self.cache.get_entry_versioned(key)
+            self.timed(op, t)
+            self.count_hit(got is not None)
+            if got is None:
+                return  # incr creates counters, with their birth id
+            value, flags, version = got
+            if flags != _COUNTER_FLAG or len(value) != 8:
+                self.violation(
+                    "counter has a foreign value", key=key, flags=flags, length=len(value)
+                )
+                return
+            old = int.from_bytes(value, "little", signed=True)
+            self.observe_counter(index, old, strict=False)
+            new = (old + delta).to_bytes(8, "little", signed=True)
+            t = self.begin()
+            stored, _ = self.cache.cas(key, new, version, None, _COUNTER_FLAG)
+            self.timed(op, t)
+            if stored:
+                self.observe_counter(index, old + delta, strict=True)
+                return
+
     def counter_get(self, op: int) -> None:
         index = self.rng.randrange(self.cfg.counters)
         key = counter_key(index)
@@ -597,7 +855,9 @@ class _Worker:
     def loop(self) -> None:
         words, base = self.words, self.base
         while not words[_G_STOP]:
-            if words[base + _HOLD_REQ]:
+            if words[_G_PAUSE]:
+                self.pause()
+            elif words[base + _HOLD_REQ]:
                 self.hold()
             else:
                 self.step()
@@ -608,6 +868,7 @@ def _worker_main(cfg: TortureConfig, path: str, area: mmap.mmap, slot: int, run_
     code = 0
     try:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        _drop_inherited(path)
         words = _words(area)
         _Worker(cfg, path, words, slot, run_dir).loop()
     except BaseException:
@@ -615,6 +876,37 @@ def _worker_main(cfg: TortureConfig, path: str, area: mmap.mmap, slot: int, run_
         code = 3
     finally:
         os._exit(code)
+
+
+def _drop_inherited(path: str) -> None:
+    """Close the descriptors of the cache (and its spill directory) this
+    forked worker inherited from the coordinator's handle, which it never
+    uses: they share the coordinator's attach lock, and would keep the file
+    attached after the coordinator detached (no open could then be alone).
+    The inherited handle itself is never dropped in the child."""
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue
+        if target in (path, f"{path}.spill"):
+            with contextlib.suppress(OSError):
+                os.close(int(name))
+
+
+def _wait_zombie(pid: int, limit: float) -> bool:
+    """Wait until killed process ``pid`` is a zombie (exited, not reaped)."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            return False
+        if stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3] in (b"Z", b"X"):
+            return True
+        time.sleep(0.0005)
+    return False
 
 
 # ----------------------------------------------------------------- coordinator
@@ -643,7 +935,8 @@ class _Coordinator:
         cfg.seed = self.seed
         self.rng = random.Random(self.seed)
         base = cfg.directory or ("/dev/shm" if os.path.isdir("/dev/shm") else None)
-        self.run_dir = Path(tempfile.mkdtemp(prefix="nearcache-torture-", dir=base))
+        # Absolute: workers that move to / still name the same files.
+        self.run_dir = Path(tempfile.mkdtemp(prefix="nearcache-torture-", dir=base)).resolve()
         self.path = str(self.run_dir / "torture.cache")
         self.cache = _native.NativeCache(
             self.path, cfg.size, cfg.shards, recreate=True, spill_threshold=cfg.spill_threshold
@@ -656,6 +949,9 @@ class _Coordinator:
         self.repaired = 0
         self.lost_in_aimed_kills = 0
         self.violations: list[dict[str, Any]] = []
+        self.zombies: list[tuple[int, float]] = []  # (pid, reap at monotonic time)
+        self.zombie_kills = 0
+        self.storms = 0
 
     def violation(self, kind: str, **detail: Any) -> None:
         self.violations.append({"kind": kind, "slot": "coordinator", **detail})
@@ -705,6 +1001,47 @@ class _Coordinator:
                 self.kill(slot)
                 self.start(slot)
 
+    def kill_leave_zombie(self, slot: int) -> bool:
+        """SIGKILL the worker of ``slot`` and leave it unreaped (a zombie) for
+        ``--zombie-hold`` seconds; whether it was seen a zombie."""
+        pid = self.pids.pop(slot)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        self.zombies.append((pid, time.monotonic() + self.cfg.zombie_hold))
+        self.zombie_kills += 1
+        return _wait_zombie(pid, self.cfg.stall_limit)
+
+    def reap_zombies(self, everything: bool = False) -> None:
+        now = time.monotonic()
+        for pid, at in list(self.zombies):
+            if everything or now >= at:
+                self.zombies.remove((pid, at))
+                _, status = os.waitpid(pid, 0)
+                if not (os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL):
+                    self.exited(-1, pid, status)
+
+    def reopen_storm(self) -> None:
+        """Every process detaches, then all attach again at once: one of them
+        opens alone (repair, sweep, recount) while the others wait, then
+        write at once."""
+        w = self.words
+        w[_G_PAUSE] = 1
+        deadline = time.monotonic() + self.cfg.stall_limit
+        while not all(w[_slot(s, _PAUSED)] for s in self.pids):
+            if time.monotonic() > deadline:
+                self.violation("workers did not detach for a re-open")
+                break
+            self.reap()
+            time.sleep(0.001)
+        self.cache.close()
+        del self.cache  # the coordinator detaches too (zombies hold nothing)
+        w[_G_PAUSE] = 0
+        time.sleep(self.rng.uniform(0, 0.005))
+        self.cache = _native.NativeCache(
+            self.path, 0, create=False, spill_threshold=self.cfg.spill_threshold
+        )
+        self.storms += 1
+
     def kill_random(self) -> None:
         slot = self.rng.choice(sorted(self.pids))
         self.kill(slot)
@@ -743,7 +1080,12 @@ class _Coordinator:
             self.start(slot)
             return
         time.sleep(self.rng.uniform(0, self.cfg.max_hold))
-        self.kill(slot)
+        if self.rng.random() < self.cfg.zombie_fraction:
+            # Killed and not reaped: its shard must be taken over all the same.
+            if not self.kill_leave_zombie(slot):
+                self.violation("killed worker never became a zombie", worker_slot=slot)
+        else:
+            self.kill(slot)
         self.kills_mid_write += 1
         # Lock the shard (repairing it if nobody has yet), then look.
         self.cache.contains(key)
@@ -765,6 +1107,7 @@ class _Coordinator:
                 self.start(slot)
             deadline = started + cfg.duration
             next_kill = started + self.next_kill_delay()
+            next_storm = started + self.next_storm_delay()
             # The last `settle` seconds run without kills, so the final check
             # sees a cache that was repaired and then used, as in production.
             last_kill = deadline - cfg.settle
@@ -775,13 +1118,19 @@ class _Coordinator:
                     else:
                         self.kill_random()
                     next_kill = time.monotonic() + self.next_kill_delay()
+                if now >= next_storm and now < last_kill:
+                    self.reopen_storm()
+                    next_storm = time.monotonic() + self.next_storm_delay()
                 self.reap()
+                self.reap_zombies()
                 self.watchdog()
-                time.sleep(min(0.01, max(0.0, min(next_kill, deadline) - time.monotonic())))
+                wake = min(next_kill, next_storm, deadline)
+                time.sleep(min(0.01, max(0.0, wake - time.monotonic())))
             self.stop()
         finally:
             for slot in list(self.pids):
                 self.kill(slot)
+            self.reap_zombies(everything=True)
         elapsed = time.monotonic() - started
         return self.finish(stats0, elapsed)
 
@@ -790,6 +1139,12 @@ class _Coordinator:
         if self.cfg.kill_interval <= 0:
             return math.inf
         return self.rng.expovariate(1 / self.cfg.kill_interval)
+
+    def next_storm_delay(self) -> float:
+        """Seconds until the next re-open storm (exponential)."""
+        if self.cfg.reopen_interval <= 0:
+            return math.inf
+        return self.rng.expovariate(1 / self.cfg.reopen_interval)
 
     def stop(self) -> None:
         self.words[_G_STOP] = 1
@@ -926,6 +1281,17 @@ class _Coordinator:
             latency_bound_ms=cfg.latency_bound * 1e3,
             final_check=final_check,
             spill=spill,
+            faults={
+                "reopen_storms": self.storms,
+                "zombie_kills": self.zombie_kills,
+                "sweeps": total(_SWEEPS),
+                "swept_files": total(_SWEPT),
+                "nofile_episodes": total(_NOFILE),
+                "nofile_refused_writes": total(_NOFILE_REFUSED),
+                "relative_opens": total(_RELATIVE),
+                "owned_reads": total(_OWNED),
+                "owned_gone_with_reason": total(_OWNED_FORGIVEN),
+            },
             violations=violations,
             violation_kinds=kinds,
             violation_samples=samples[:20],
@@ -1027,6 +1393,42 @@ def _parser() -> argparse.ArgumentParser:
         default=str(d.spill_threshold),
         help="values longer than this are kept in files beside the cache",
     )
+    p.add_argument(
+        "--sweep-weight",
+        type=float,
+        default=d.sweep_weight,
+        help="weight of no-grace spill sweeps among worker operations (0: none)",
+    )
+    p.add_argument(
+        "--reopen-interval",
+        type=float,
+        default=d.reopen_interval,
+        help="mean seconds between re-open storms, where one process opens alone (0: none)",
+    )
+    p.add_argument(
+        "--zombie-fraction",
+        type=float,
+        default=d.zombie_fraction,
+        help="share of mid-write kills whose victim is left unreaped for a while",
+    )
+    p.add_argument(
+        "--zombie-hold",
+        type=float,
+        default=d.zombie_hold,
+        help="seconds a killed worker stays a zombie before it is reaped",
+    )
+    p.add_argument(
+        "--relative-fraction",
+        type=float,
+        default=d.relative_fraction,
+        help="share of worker starts that open through a relative path, then chdir to /",
+    )
+    p.add_argument(
+        "--nofile-weight",
+        type=float,
+        default=d.nofile_weight,
+        help="weight of descriptor-exhaustion episodes among worker operations (0: none)",
+    )
     p.add_argument("--seed", type=int, default=None, help="random seed (default: random)")
     p.add_argument("--dir", default=None, help="directory for the run (default: /dev/shm)")
     p.add_argument("--keep", action="store_true", help="keep the run directory")
@@ -1056,6 +1458,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         keep=args.keep,
         spill_fraction=args.spill_fraction,
         spill_threshold=parse_size(args.spill_threshold),
+        sweep_weight=args.sweep_weight,
+        reopen_interval=args.reopen_interval,
+        zombie_fraction=args.zombie_fraction,
+        zombie_hold=args.zombie_hold,
+        relative_fraction=args.relative_fraction,
+        nofile_weight=args.nofile_weight,
     )
     report = run(cfg)
     if args.json:

@@ -196,7 +196,12 @@ def test_get_has_a_docstring_and_errors_name_it(cache: Cache) -> None:
         cache.get()  # type: ignore[call-arg]
     with pytest.raises(TypeError, match=r"\bget\(\) got an unexpected keyword argument 'dflt'"):
         cache.get("k", dflt=1)  # type: ignore[call-arg]
-    assert cache.get("k", version=False) is None  # the keyword versioned reads take
+    assert cache.get("k", version=False) is None
+    # Versioned reads go through the same method, pickled or not.
+    cache.set("k", [1])
+    value, version = cache.get("k", version=True)
+    assert value == [1] and version > 0
+    assert pickle.loads(pickle.dumps(cache.get))("k", version=True) == ([1], version)
 
 
 def test_signed_cache_get_pickles_too(tmp_path: Path) -> None:

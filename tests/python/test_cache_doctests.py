@@ -10,6 +10,7 @@ import pytest
 
 MODULES = [
     "nearcache",
+    "nearcache._incompatible",
     "nearcache.cache",
     "nearcache.errors",
     "nearcache.keys",

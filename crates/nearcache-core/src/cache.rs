@@ -23,7 +23,9 @@ use crate::error::{Error, Result};
 use crate::file::{self, Mapping, OpenOptions};
 use crate::hash::{hash_key, shard_of};
 use crate::layout::{entry_size, fh, Geometry, FLAG_SPILLED, HEADER_SIZE, MAX_KEY_LEN};
-use crate::shard::{self as shard_mod, Entry0, EntryRef, Now, SetMode, Shard, ShardGuard};
+use crate::shard::{
+    self as shard_mod, CasOutcome, Entry0, EntryRef, Now, SetMode, Shard, ShardGuard,
+};
 use crate::spill::{Refusal, SpillDir, SpillRef, SweepReport, REF_LEN, SWEEP_GRACE};
 use crate::stats::ShardStats;
 use std::collections::HashSet;
@@ -189,7 +191,13 @@ impl Cache {
     /// still alive, closed or not), the new handle shares that mapping,
     /// after the same checks as a first open (see `file::reopen`).
     pub fn open(path: impl AsRef<Path>, opts: &OpenOptions) -> Result<Cache> {
-        let path = path.as_ref();
+        // Resolved once, here: a process that changes its working directory
+        // later (daemons go to /) still names the same file and spill
+        // directory.
+        let given = path.as_ref();
+        let path = std::path::absolute(given)
+            .map_err(|e| Error::io(format!("resolve {}", given.display()), e))?;
+        let path = path.as_path();
         let (map, first_here) = match file::reopen(path, opts) {
             Some(map) => (map, false),
             None => (Cache::map_file(path, opts)?, true),
@@ -211,11 +219,17 @@ impl Cache {
             // opening costs no getpid).
             spill_hand: AtomicUsize::new(crate::lock::my_pid() as usize),
         };
-        if first_here && !matches!(cache.map.how, file::Attach::Shared) {
-            // Alone on the file: no other process can be between linking a
-            // spilled file and publishing it, so every unnamed file is an
-            // orphan and the spilled bytes can be recounted.
-            cache.sweep_spilled_alone()?;
+        if first_here
+            && cache.spill_budget > 0
+            && !cache.allow_foreign_owner
+            && file::in_shared_sticky_dir(path)
+        {
+            // In a directory every user can create names in (/tmp,
+            // /dev/shm), claim `<cache>.spill` now, and refuse one another
+            // user made: left for the first spill, the name could be taken
+            // by anyone meanwhile, and every spill would fail.
+            let dir = SpillDir::open(path, true, false)?.expect("created");
+            let _ = cache.spill.set(dir);
         }
         Ok(cache)
     }
@@ -234,7 +248,8 @@ impl Cache {
             }
             Ok(())
         };
-        let map = Arc::new(file::open(path, opts, &init, &reattach)?.map);
+        let alone = |m: &Mapping, g: &Geometry| sweep_alone(m, g, path, opts);
+        let map = Arc::new(file::open(path, opts, &init, &reattach, &alone)?.map);
         crate::registry::insert(&map);
         Ok(map)
     }
@@ -429,7 +444,7 @@ impl Cache {
             match hit {
                 None => return Ok(None),
                 Some(Hit::Value(r)) => return Ok(Some(r)),
-                Some(Hit::Spilled(s)) => match self.finish_spilled(key, s, &mut f) {
+                Some(Hit::Spilled(s)) => match self.finish_spilled(key, s, false, &mut f) {
                     SpillRead::Got(r) => return Ok(Some(r)),
                     SpillRead::Miss => return Ok(None),
                     SpillRead::Again => continue,
@@ -447,6 +462,17 @@ impl Cache {
         key: &[u8],
         f: impl FnOnce(EntryRef<'_>) -> R,
     ) -> Result<Option<R>> {
+        self.get_once(key, false, f)
+    }
+
+    /// [`Cache::get_locked_with`]; with `whole`, a spilled value is
+    /// verified in memory before `f` sees it (see [`Cache::read_spilled`]).
+    fn get_once<R>(
+        &self,
+        key: &[u8],
+        whole: bool,
+        f: impl FnOnce(EntryRef<'_>) -> R,
+    ) -> Result<Option<R>> {
         let (shard, h) = self.route(key)?;
         let mut f = Some(f);
         for _ in 0..SPILL_READ_TRIES {
@@ -461,7 +487,7 @@ impl Cache {
                 Some(Hit::Value(r)) => return Ok(Some(r)),
                 Some(Hit::Spilled(s)) => {
                     let mut once = |e: EntryRef<'_>| f.take().map(|f| f(e));
-                    match self.finish_spilled(key, s, &mut once) {
+                    match self.finish_spilled(key, s, whole, &mut once) {
                         SpillRead::Got(r) => return Ok(r),
                         SpillRead::Miss => return Ok(None),
                         SpillRead::Again => continue,
@@ -472,20 +498,25 @@ impl Cache {
         Ok(None)
     }
 
-    /// Read the spilled value `s` of `key` through `f`.
+    /// Read the spilled value `s` of `key` through `f` (`whole`: load and
+    /// verify it in memory first, see [`Cache::read_spilled`]).
     fn finish_spilled<R>(
         &self,
         key: &[u8],
         s: SpilledHit,
+        whole: bool,
         f: &mut impl FnMut(EntryRef<'_>) -> R,
     ) -> SpillRead<R> {
-        match self.read_spilled(&s, f) {
+        match self.read_spilled(&s, whole, f) {
             Ok(out) => SpillRead::Got(out),
             // Replaced or removed since the index was read (the entry
             // leaves the index before its file goes): read the index again.
             // If it still names this file, the file was removed behind the
             // cache's back.
             Err(Refusal::Missing) if self.peek_spill_ref(key) != s.r => SpillRead::Again,
+            // This process's own trouble (descriptors, memory, I/O): a miss
+            // here; the value stays for everyone else.
+            Err(Refusal::Local(_)) => SpillRead::Miss,
             Err(_) => {
                 self.refuse_spilled(key, s.r.as_ref());
                 SpillRead::Miss
@@ -495,21 +526,37 @@ impl Cache {
 
     /// Open the file of the spilled value `s` and read it through `f`:
     /// `f`'s result, or why the file was not served.
+    ///
+    /// The value is verified before `f` sees it (`f` may write where it
+    /// cannot be taken back: a batch's output, a C allocator). With
+    /// `whole`, it is read into memory and verified there, and `f` copies
+    /// from memory: `f` then never sees anything but the verified value.
+    /// Without, `f` copies from the verified file, and a read error in
+    /// that copy (an I/O error) makes the caller discard `f`'s result.
     fn read_spilled<R>(
         &self,
         s: &SpilledHit,
+        whole: bool,
         f: impl FnOnce(EntryRef<'_>) -> R,
     ) -> std::result::Result<R, Refusal> {
         let r = s.r.ok_or(Refusal::Bad("not a reference"))?;
         let dir = match self.spill_dir(false) {
             Ok(Some(dir)) => dir,
-            // No directory at all: the value cannot be there.
-            Ok(None) | Err(_) => return Err(Refusal::Bad("no spill directory")),
+            // No directory at all (the path is absolute): the value cannot
+            // be there.
+            Ok(None) => return Err(Refusal::Missing),
+            // This process cannot open it (descriptors, permissions).
+            Err(_) => return Err(Refusal::Local("spill directory")),
         };
-        let file = dir.open_value(&r)?;
+        let mut file = dir.open_value(&r)?;
+        if whole {
+            file.load()?;
+        } else {
+            file.check()?;
+        }
         let out = f(EntryRef::spilled(&file, s.flags, s.expires_ms));
         if file.failed() {
-            Err(Refusal::Bad("read or checksum"))
+            Err(Refusal::Local("read"))
         } else {
             Ok(out)
         }
@@ -629,9 +676,9 @@ impl Cache {
         };
         let written = self.spill_dir(true).and_then(|dir| {
             let dir = dir.expect("created");
-            dir.write(value).map(|r| (dir, r))
+            dir.write(value).map(|(r, publishing)| (dir, r, publishing))
         });
-        let (dir, r) = match written {
+        let (dir, r, publishing) = match written {
             Ok(w) => w,
             Err(e) => {
                 unreserve();
@@ -648,10 +695,14 @@ impl Cache {
                 header_word(&self.map, fh::SPILL_VALUES).fetch_add(1, Ordering::Relaxed);
             }
             _ => {
-                dir.remove(r.id);
-                unreserve();
+                // Whoever removes the file gives its bytes back (once).
+                if dir.remove(r.id) {
+                    unreserve();
+                }
             }
         }
+        // Published (or removed): sweeps may examine the file now.
+        drop(publishing);
         self.reap();
         stored
     }
@@ -719,12 +770,21 @@ impl Cache {
         if dropped.is_empty() {
             return;
         }
-        let dir = self.spill_dir(false).ok().flatten();
+        let dir = self.spill_dir(false);
         for r in dropped {
-            if let Some(dir) = dir {
-                dir.remove(r.id);
+            // The bytes go back exactly once, by whoever removes the file:
+            // here, unless a sweep removed it first (it gave them back), or
+            // this process cannot reach the directory (the file stays an
+            // orphan, counted, until a sweep removes it). No directory at
+            // all: no file to count.
+            let gone = match dir {
+                Ok(Some(dir)) => dir.remove(r.id),
+                Ok(None) => true,
+                Err(_) => false,
+            };
+            if gone {
+                saturating_sub(header_word(&self.map, fh::SPILL_BYTES), r.len);
             }
-            saturating_sub(header_word(&self.map, fh::SPILL_BYTES), r.len);
             saturating_sub(header_word(&self.map, fh::SPILL_VALUES), 1);
         }
     }
@@ -757,8 +817,7 @@ impl Cache {
     pub fn sweep_spilled(&self, grace: std::time::Duration) -> Result<SweepReport> {
         self.live()?;
         let Some(dir) = self.spill_dir(false)? else { return Ok(SweepReport::default()) };
-        let (referenced, _) = self.referenced_spills()?;
-        let report = dir.sweep(&referenced, grace)?;
+        let report = dir.sweep(grace, &mut || Ok(self.referenced_spills()?.0))?;
         // An orphan's bytes were counted when its writer reserved them and
         // nobody took them back: the writer died before publishing, or
         // its entry vanished in a shard reset (which cannot read the
@@ -780,21 +839,6 @@ impl Cache {
         {
             let _ = self.sweep_spilled(SWEEP_GRACE);
         }
-    }
-
-    /// The first process attached: sweep every orphan and recount.
-    fn sweep_spilled_alone(&self) -> Result<()> {
-        let Some(dir) = self.spill_dir(false)? else {
-            header_word(&self.map, fh::SPILL_BYTES).store(0, Ordering::Relaxed);
-            header_word(&self.map, fh::SPILL_VALUES).store(0, Ordering::Relaxed);
-            return Ok(());
-        };
-        let (referenced, bytes) = self.referenced_spills()?;
-        dir.sweep(&referenced, std::time::Duration::ZERO)?;
-        header_word(&self.map, fh::SPILL_BYTES).store(bytes, Ordering::Relaxed);
-        header_word(&self.map, fh::SPILL_VALUES).store(referenced.len() as u64, Ordering::Relaxed);
-        header_word(&self.map, fh::SPILL_SWEPT_MS).store(crate::shard::now_ms(), Ordering::Relaxed);
-        Ok(())
     }
 
     /// Remove `key`; returns whether it was present.
@@ -821,27 +865,69 @@ impl Cache {
     }
 
     /// Remove `key` and hand its value to `f`.
+    ///
+    /// A spilled value's file is opened while the entry is still in the
+    /// index, under the shard lock: once the entry is gone the file is an
+    /// orphan that any sweep may remove, and an open descriptor keeps it
+    /// readable. If this process cannot open it (out of descriptors), the
+    /// entry is removed all the same and the pop fails with that error.
     pub fn pop_with<R>(&self, key: &[u8], f: impl FnOnce(EntryRef<'_>) -> R) -> Result<Option<R>> {
         let (shard, h) = self.route(key)?;
         let g = self.lock_for_write(shard)?;
         let mut f = Some(f);
-        let hit =
-            g.pop(key, h, &mut Now::new(), |e| Hit::of(e, |e| (f.take().expect("called once"))(e)));
+        let hit = g.pop(key, h, &mut Now::new(), |e| {
+            if e.flags() & FLAG_SPILLED == 0 {
+                return Ok((f.take().expect("called once"))(e));
+            }
+            let s = SpilledHit::of(&e);
+            // Opened once per handle (the first spilled pop may open the
+            // directory under the lock).
+            let dir = self.spill_dir(false);
+            let opened = match (&s.r, &dir) {
+                (None, _) => Err(Refusal::Bad("not a reference")),
+                (Some(r), Ok(Some(d))) => d.open_value(r),
+                (Some(_), Ok(None)) => Err(Refusal::Missing),
+                (Some(_), Err(_)) => Err(Refusal::Local("spill directory")),
+            };
+            Err(Box::new((s, opened)))
+        });
         drop(g);
-        // The file of a popped spilled value is read before it is removed.
         let out = match hit {
-            None => None,
-            Some(Hit::Value(r)) => Some(r),
-            Some(Hit::Spilled(s)) => match self.read_spilled(&s, |e| f.take().map(|f| f(e))) {
-                Ok(out) => out,
-                Err(_) => {
-                    self.count_refused();
-                    None
+            None => Ok(None),
+            Some(Ok(r)) => Ok(Some(r)),
+            Some(Err(spilled)) => {
+                let (s, opened) = *spilled;
+                let read = opened.and_then(|mut file| {
+                    file.check()?;
+                    let r = (f.take().expect("called once"))(EntryRef::spilled(
+                        &file,
+                        s.flags,
+                        s.expires_ms,
+                    ));
+                    if file.failed() {
+                        Err(Refusal::Local("read"))
+                    } else {
+                        Ok(r)
+                    }
+                });
+                match read {
+                    Ok(r) => Ok(Some(r)),
+                    Err(Refusal::Local(what)) => Err(Error::io(
+                        "pop of a spilled value (the entry was removed)",
+                        std::io::Error::other(format!(
+                            "this process could not read its file ({what}): out of \
+                             descriptors or memory, or an I/O error"
+                        )),
+                    )),
+                    Err(_) => {
+                        self.count_refused();
+                        Ok(None)
+                    }
                 }
-            },
+            }
         };
         self.reap();
-        Ok(out)
+        out
     }
 
     /// Remove `key` and return its value.
@@ -939,12 +1025,16 @@ impl Cache {
             }
         }
         self.reap();
+        // `f` writes the caller's output: it must see each key at most
+        // once, and only whole, verified values. So spilled values are
+        // verified in memory before `f` runs, and a key whose value was
+        // replaced meanwhile is read again under the lock (never through
+        // optimistic attempts, whose abandoned copies `f` would have made).
         for (i, s) in spilled {
             let key = keys[i].as_ref();
             let mut call = |e: EntryRef<'_>| f(i, e);
-            if let SpillRead::Again = self.finish_spilled(key, s, &mut call) {
-                // Replaced meanwhile: read it again on its own.
-                self.get_with(key, |e| f(i, e))?;
+            if let SpillRead::Again = self.finish_spilled(key, s, true, &mut call) {
+                self.get_once(key, true, |e| f(i, e))?;
             }
         }
         Ok(())
@@ -1121,6 +1211,212 @@ impl Cache {
         self.map.flush()
     }
 
+    // ---- versions and compare-and-swap (see "Versions" in shard.rs)
+
+    /// [`Cache::get_with`], plus the version of the entry the value was
+    /// read from (never 0). The pair is consistent: the value is the one
+    /// that version names. As with `get_with`, `f` may run more than once.
+    pub fn get_versioned_with<R>(
+        &self,
+        key: &[u8],
+        mut f: impl FnMut(EntryRef<'_>) -> R,
+    ) -> Result<Option<(R, u64)>> {
+        let (shard, h) = self.route(key)?;
+        for _ in 0..SPILL_READ_TRIES {
+            let mut now = Now::new();
+            let mut intercept = |e: EntryRef<'_>| {
+                let version = e.version();
+                (Hit::of(e, &mut f), version)
+            };
+            let hit = match shard.get_optimistic(key, h, &mut now, &mut intercept) {
+                Some(hit) => hit,
+                None => {
+                    let g = self.lock_for_read(shard)?;
+                    let hit = g.and_then(|g| g.get(key, h, &mut now, intercept));
+                    self.reap();
+                    hit
+                }
+            };
+            match hit {
+                None => return Ok(None),
+                Some((Hit::Value(r), v)) => return Ok(Some((r, v))),
+                // A spilled value's file never changes once published (a
+                // new value is a new file): what it holds is what the
+                // entry with this version named, even if the entry was
+                // replaced since (the version is then stale, and a CAS
+                // with it fails).
+                Some((Hit::Spilled(s), v)) => match self.finish_spilled(key, s, false, &mut f) {
+                    SpillRead::Got(r) => return Ok(Some((r, v))),
+                    SpillRead::Miss => return Ok(None),
+                    SpillRead::Again => continue,
+                },
+            }
+        }
+        Ok(None)
+    }
+
+    /// The value, flags and version of `key`.
+    pub fn get_versioned(&self, key: &[u8]) -> Result<Option<(Value, u64)>> {
+        self.get_versioned_with(key, |e| Value { data: e.to_vec(), flags: e.flags() })
+    }
+
+    /// The version of `key` now (0: absent), read under the lock. Like a
+    /// get, a lock wait that runs out reads as absent (0).
+    pub fn version(&self, key: &[u8]) -> Result<u64> {
+        let (shard, h) = self.route(key)?;
+        let Some(g) = self.lock_for_read(shard)? else { return Ok(0) };
+        let v = g.current_version(key, h, &mut Now::new());
+        drop(g);
+        self.reap();
+        Ok(v)
+    }
+
+    /// Compare-and-swap: store `value` (with `flags`, for `ttl_ms`, 0 =
+    /// never expires) only if `key`'s version is still `expected`; 0
+    /// means "only if absent" (an add that reports the version found).
+    /// [`CasOutcome::Stored`] carries the new version,
+    /// [`CasOutcome::Conflict`] the version found (0: absent), with the
+    /// cache unchanged. A CAS may fail although the value did not change
+    /// (a compaction moved the shard's entries): read again and retry.
+    /// Values above the spill threshold are spilled as by `set`.
+    pub fn cas(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        ttl_ms: u64,
+        expected: u64,
+    ) -> Result<CasOutcome> {
+        let (shard, h) = self.route(key)?;
+        Self::check_flags(flags)?;
+        if self.spills(key, value.len()) {
+            return self.cas_spilled((shard, h), key, value, flags, ttl_ms, expected);
+        }
+        self.check_fits(key, value.len())?;
+        let mut now = Now::new();
+        let exp = expires_for(ttl_ms, &mut now);
+        let g = self.lock_for_write(shard)?;
+        let out = g.cas(key, h, value, flags, exp, expected, &mut now);
+        drop(g);
+        self.reap();
+        out
+    }
+
+    /// [`Cache::cas`] of a value kept in a file: the file is written
+    /// first, outside the lock; the entry naming it is stored only if the
+    /// version still matches, and the file removed if not.
+    fn cas_spilled(
+        &self,
+        (shard, h): (&Shard, u64),
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        ttl_ms: u64,
+        expected: u64,
+    ) -> Result<CasOutcome> {
+        self.check_storable(key, value.len())?;
+        // Cheap early answer: writing the file is the expensive part. A
+        // write's lock wait: a timeout is an error, not an absent key.
+        let g = self.lock_for_write(shard)?;
+        let current = g.current_version(key, h, &mut Now::new());
+        drop(g);
+        self.reap();
+        if current != expected {
+            return Ok(CasOutcome::Conflict(current));
+        }
+        let len = value.len() as u64;
+        self.sweep_if_due();
+        self.reserve_spill(len)?;
+        let unreserve = || saturating_sub(header_word(&self.map, fh::SPILL_BYTES), len);
+        let written = self.spill_dir(true).and_then(|dir| {
+            let dir = dir.expect("created");
+            dir.write(value).map(|(r, publishing)| (dir, r, publishing))
+        });
+        let (dir, r, publishing) = match written {
+            Ok(w) => w,
+            Err(e) => {
+                unreserve();
+                return Err(e);
+            }
+        };
+        let mut now = Now::new();
+        let exp = expires_for(ttl_ms, &mut now);
+        let out = self.lock_for_write(shard).and_then(|g| {
+            g.cas(key, h, &r.to_bytes(), flags | FLAG_SPILLED, exp, expected, &mut now)
+        });
+        match out {
+            Ok(CasOutcome::Stored(_)) => {
+                header_word(&self.map, fh::SPILL_VALUES).fetch_add(1, Ordering::Relaxed);
+            }
+            _ => {
+                // Whoever removes the file gives its bytes back (once).
+                if dir.remove(r.id) {
+                    unreserve();
+                }
+            }
+        }
+        // Published (or removed): sweeps may examine the file now.
+        drop(publishing);
+        self.reap();
+        out
+    }
+
+    /// Delete `key` only if its version is `expected` (0 never matches:
+    /// an absent key has nothing to delete). Returns whether it deleted.
+    pub fn delete_if_version(&self, key: &[u8], expected: u64) -> Result<bool> {
+        let (shard, h) = self.route(key)?;
+        let g = self.lock_for_write(shard)?;
+        let removed = g.delete_if_version(key, h, expected, &mut Now::new());
+        drop(g);
+        self.reap();
+        Ok(removed)
+    }
+
+    /// Atomic read-modify-write of `key`: read its value and version, let
+    /// `f` decide from the value (None: absent) what becomes of it, and
+    /// write that with [`Cache::cas`] (or [`Cache::delete_if_version`]);
+    /// if another writer changed the key in between, read again and call
+    /// `f` again. `f` runs outside any lock, on a private copy of the
+    /// value, so it may take its time and may run several times; only the
+    /// decision of the run that wins is written. Each attempt waits at
+    /// most the lock timeout; after `opts.max_conflicts` lost attempts in
+    /// a row it fails with [`Error::TooManyConflicts`], the last attempt
+    /// having written nothing.
+    pub fn update<F>(&self, key: &[u8], mut f: F, opts: &UpdateOptions) -> Result<Updated>
+    where
+        F: FnMut(Option<EntryRef<'_>>) -> Update,
+    {
+        let mut conflicts = 0u32;
+        loop {
+            let read = self.get_versioned_with(key, |e| (e.to_vec(), e.flags(), e.expires_ms()))?;
+            let (decision, expected) = match &read {
+                Some(((data, flags, exp), v)) => {
+                    (f(Some(EntryRef::owned(data, *flags, *exp, *v))), *v)
+                }
+                None => (f(None), 0),
+            };
+            let won = match decision {
+                Update::Keep => return Ok(Updated::Kept(expected)),
+                Update::Set(value, flags) => {
+                    match self.cas(key, &value, flags, opts.ttl_ms, expected)? {
+                        CasOutcome::Stored(v) => return Ok(Updated::Stored(v)),
+                        CasOutcome::Conflict(_) => false,
+                    }
+                }
+                Update::Delete if expected == 0 => return Ok(Updated::Deleted),
+                Update::Delete => self.delete_if_version(key, expected)?,
+            };
+            if won {
+                return Ok(Updated::Deleted);
+            }
+            conflicts += 1;
+            if conflicts >= opts.max_conflicts.max(1) {
+                return Err(Error::TooManyConflicts { conflicts });
+            }
+            backoff(conflicts);
+        }
+    }
+
     /// Test hook: lock the shard of `key`, leave it half-written (seq odd)
     /// and block for `hold`, as a process stalled or killed inside a write
     /// would. Used by crash-recovery tests; never called in normal use.
@@ -1169,9 +1465,123 @@ impl Cache {
         }
     }
 
+    /// Test hook: make every later lone opener of this process stall for
+    /// `pause` inside its sweep of the spill directory, as a process
+    /// stopped or slow while it repairs would. Never called in normal use.
+    #[doc(hidden)]
+    pub fn debug_pause_lone_sweep(pause: std::time::Duration) {
+        LONE_SWEEP_PAUSE_MS.store(pause.as_millis() as u64, Ordering::Relaxed);
+    }
+
     /// Index of the shard holding `key`.
     pub fn shard_index(&self, key: &[u8]) -> usize {
         shard_of(hash_key(self.geo.seed, key), self.geo.shard_count)
+    }
+}
+
+/// What an [`Cache::update`] callback decides.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Update {
+    /// Store this value with these flags.
+    Set(Vec<u8>, u32),
+    /// Remove the key.
+    Delete,
+    /// Leave the key as it is (nothing is written).
+    Keep,
+}
+
+/// What an [`Cache::update`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Updated {
+    /// Stored; the new version.
+    Stored(u64),
+    /// The key is absent now (deleted by this update, or already absent
+    /// when the callback asked for a delete).
+    Deleted,
+    /// The callback kept the value; the version it saw (0: absent).
+    Kept(u64),
+}
+
+/// Options of [`Cache::update`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UpdateOptions {
+    /// TTL of a stored value in ms (0 = never expires).
+    pub ttl_ms: u64,
+    /// Attempts lost to other writers, in a row, before
+    /// [`Error::TooManyConflicts`].
+    pub max_conflicts: u32,
+}
+
+/// Conflicts an update accepts by default before it gives up. Every lost
+/// attempt means another writer's attempt won, so the key moves on; a run
+/// this long means the key is written faster than this caller's callback
+/// and round trip can follow.
+pub const DEFAULT_MAX_CONFLICTS: u32 = 10_000;
+
+impl Default for UpdateOptions {
+    fn default() -> Self {
+        UpdateOptions { ttl_ms: 0, max_conflicts: DEFAULT_MAX_CONFLICTS }
+    }
+}
+
+/// Pause after the `n`th conflict in a row of one update: give the core
+/// away at first, then sleep a little longer each time (at most 1 ms), so
+/// that writers racing for one key spread out instead of colliding again.
+fn backoff(n: u32) {
+    if n < 4 {
+        std::thread::yield_now();
+    } else {
+        std::thread::sleep(std::time::Duration::from_micros(u64::from(n.min(1000))));
+    }
+}
+
+/// The first process attached (it holds the exclusive attach lock, so no
+/// other process is attached, and none can be between reserving spill
+/// bytes, linking a file and publishing its entry): sweep every orphan and
+/// recount the spilled bytes and values. Runs before the lock is
+/// downgraded, so no process that attaches later can race it.
+fn sweep_alone(m: &Mapping, geo: &Geometry, path: &Path, opts: &OpenOptions) -> Result<()> {
+    let dir = SpillDir::open(path, false, opts.allow_foreign_owner)?;
+    let mut refs = Vec::new();
+    if dir.is_some() {
+        for s in shards_of(m, geo) {
+            match s.lock(opts.lock_timeout) {
+                Ok(g) => g.spilled_refs(&mut refs),
+                // A shard left damaged (a clean attach does not repair):
+                // its references cannot be read, so nothing can be called
+                // an orphan. Refused at its first use, repaired by the next
+                // lone opener, which sweeps then.
+                Err(Error::Corrupt(_)) => {
+                    m.note_damage();
+                    return Ok(());
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    // Entries a repair dropped: their files are orphans now, removed by the
+    // sweep below and not counted by the recount; nothing is left to reap.
+    let base = m.ptr as usize;
+    drop(shard_mod::take_dropped(base..base + m.len));
+    let bytes: u64 = refs.iter().map(|r| r.len).sum();
+    let ids: HashSet<u64> = refs.iter().map(|r| r.id).collect();
+    debug_lone_sweep_pause();
+    if let Some(dir) = dir {
+        dir.sweep(std::time::Duration::ZERO, &mut || Ok(ids.clone()))?;
+    }
+    header_word(m, fh::SPILL_BYTES).store(bytes, Ordering::Relaxed);
+    header_word(m, fh::SPILL_VALUES).store(ids.len() as u64, Ordering::Relaxed);
+    header_word(m, fh::SPILL_SWEPT_MS).store(crate::shard::now_ms(), Ordering::Relaxed);
+    Ok(())
+}
+
+/// See [`Cache::debug_pause_lone_sweep`].
+static LONE_SWEEP_PAUSE_MS: AtomicU64 = AtomicU64::new(0);
+
+fn debug_lone_sweep_pause() {
+    let ms = LONE_SWEEP_PAUSE_MS.load(Ordering::Relaxed);
+    if ms > 0 {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
     }
 }
 

@@ -44,6 +44,16 @@ pub enum Error {
     /// live process holds it and does not let go (stopped, traced, dumping
     /// core). Nothing was changed.
     LockTimeout { waited_ms: u64 },
+    /// A read-modify-write (`Cache::update`) lost its compare-and-swap to
+    /// other writers this many times in a row and gave up; its last
+    /// attempt wrote nothing.
+    TooManyConflicts { conflicts: u32 },
+    /// `open` could not attach within the lock timeout: another process
+    /// holds the file's exclusive attach lock (it opened the file alone and
+    /// is repairing it) and is stopped, traced or gone without letting go,
+    /// or did not finish within the longest wait. `holder` is its pid when
+    /// the file records one. Nothing was changed.
+    AttachTimeout { waited_ms: u64, holder: Option<u32> },
 }
 
 impl Error {
@@ -94,6 +104,25 @@ impl fmt::Display for Error {
                 "a shard lock was still held by another process after {waited_ms} ms \
                  (stopped or traced?); the operation was not performed"
             ),
+            Error::TooManyConflicts { conflicts } => write!(
+                f,
+                "the update lost to other writers of the key {conflicts} times in a row and \
+                 gave up; its last attempt wrote nothing (raise max_conflicts, or write the \
+                 key less often)"
+            ),
+            Error::AttachTimeout { waited_ms, holder } => {
+                write!(f, "could not attach to the cache file after {waited_ms} ms: ")?;
+                match holder {
+                    Some(pid) => write!(f, "process {pid}")?,
+                    None => write!(f, "another process")?,
+                }
+                write!(
+                    f,
+                    " holds its exclusive attach lock (it opened the file alone and is \
+                     repairing it) and is stopped, traced or not finishing; the file was \
+                     not opened"
+                )
+            }
         }
     }
 }

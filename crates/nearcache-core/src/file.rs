@@ -18,9 +18,18 @@
 //! every attached process holds a shared lock. An opener that can take the
 //! exclusive lock knows nobody else is attached (first open after a reboot
 //! or after every user crashed), so it may re-initialise the robust mutexes
-//! (a mutex held across a reboot is never marked dead) and repair shards
-//! left mid-write. OFD locks, unlike classic POSIX record locks, are not
+//! (a mutex held across a reboot is never marked dead), repair shards
+//! left mid-write, and sweep and recount the spilled values (`spill.rs`),
+//! all before it downgrades to a shared lock, so that nobody attaches
+//! meanwhile. OFD locks, unlike classic POSIX record locks, are not
 //! dropped when some other descriptor of the same file is closed.
+//!
+//! Openers that find the exclusive lock held wait for it, bounded like
+//! every other wait (see `attach_lock`): the holder records its pid in the
+//! header (`fh::EXCLUSIVE_PID`), and a holder found stopped, traced or
+//! dead at the lock timeout ends the wait with `Error::AttachTimeout`; a
+//! working one gets longer (a repair of a large file alone may take
+//! longer than a lock wait), never without bound.
 //!
 //! A process attaches once per mapping, not once per handle: every `Cache`
 //! of one file in a process shares one [`Mapping`] (see `registry.rs`),
@@ -55,7 +64,14 @@
 //! Security: the file must be a regular file owned by the caller and not
 //! writable by group or others, in a directory that others cannot write
 //! into (or that is sticky, like /dev/shm), unless the caller opts in to
-//! sharing with `allow_foreign_owner`.
+//! sharing with `allow_foreign_owner`. In a sticky world-writable
+//! directory another user can take a name before the owner does: the
+//! cache file's (the owner's open then fails, as it must) and its spill
+//! directory's, so there the spill directory is created at open and one
+//! another user made is refused then (`Cache::open`), not at every spill.
+//! Sticky directories are not refused outright: /tmp and /dev/shm are
+//! where caches live, and taking a name first is a denial of service the
+//! owner sees at open, never access to the data.
 
 use crate::error::{Error, Result};
 use crate::layout::{fh, header_is_lazy, Geometry, HEADER_SIZE};
@@ -200,6 +216,14 @@ impl Mapping {
         unsafe { AtomicU32::from_ptr(self.ptr.add(fh::ATTACHED) as *mut u32) }
     }
 
+    /// The header's record of the exclusive attach lock's holder.
+    fn exclusive_pid(&self) -> &AtomicU32 {
+        // SAFETY: fh::EXCLUSIVE_PID is a 4-aligned u32 inside the header
+        // page of the mapping, which lives as long as self; it is only
+        // accessed atomically (and read with pread by waiting openers).
+        unsafe { AtomicU32::from_ptr(self.ptr.add(fh::EXCLUSIVE_PID) as *mut u32) }
+    }
+
     fn clean_state(&self) -> u8 {
         // SAFETY: a byte inside the header.
         unsafe { std::ptr::read_volatile(self.ptr.add(fh::CLEAN_SHUTDOWN)) }
@@ -240,6 +264,7 @@ impl Mapping {
             return;
         }
         if try_exclusive(&self.file) {
+            self.exclusive_pid().store(crate::lock::my_pid(), Ordering::SeqCst);
             let count = self.attach_count();
             if count.load(Ordering::SeqCst) == 1 {
                 count.store(0, Ordering::SeqCst);
@@ -247,6 +272,7 @@ impl Mapping {
             } else {
                 self.set_clean_state(LAST_OUT);
             }
+            self.exclusive_pid().store(0, Ordering::SeqCst);
             release_exclusive(&self.file);
         } else {
             self.attach_count().fetch_sub(1, Ordering::SeqCst);
@@ -331,16 +357,60 @@ fn ofd_lock(fd: i32, kind: i32, wait: bool) -> io::Result<()> {
     }
 }
 
-/// Try to take the exclusive attach lock; otherwise wait for a shared one.
-fn attach_lock(fd: i32) -> Result<bool> {
-    match ofd_lock(fd, libc::F_WRLCK, false) {
-        Ok(()) => Ok(true),
-        Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EACCES)) => {
-            ofd_lock(fd, libc::F_RDLCK, true).map_err(|e| Error::io("OFD read lock", e))?;
-            Ok(false)
+/// Take the exclusive attach lock if nobody else is attached (Ok(true));
+/// otherwise a shared one (Ok(false)), waiting while another process holds
+/// the exclusive lock: a lone opener repairing or sweeping, or a last
+/// process detaching.
+///
+/// The wait is bounded like every other wait of the engine: past
+/// `timeout` it ends with [`Error::AttachTimeout`] if the holder recorded
+/// in the header (`fh::EXCLUSIVE_PID`) is stopped, traced or dead. A
+/// holder that is working (running, runnable, in a disk wait, or asleep
+/// for a moment) gets up to `OVERLOAD_FACTOR` times the timeout and at
+/// least [`ATTACH_WAIT_FLOOR`], since repairing a large file alone can
+/// take longer than one lock wait. It polls (`F_OFD_SETLKW` cannot be
+/// bounded): each try asks for the exclusive lock first, so that if the
+/// holder died half-way and nobody else is attached, this opener repairs.
+fn attach_lock(file: &File, timeout: std::time::Duration) -> Result<bool> {
+    let fd = file.as_raw_fd();
+    let start = std::time::Instant::now();
+    let mut pause = std::time::Duration::from_micros(100);
+    loop {
+        match ofd_lock(fd, libc::F_WRLCK, false) {
+            Ok(()) => return Ok(true),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EACCES)) => {}
+            Err(e) => return Err(Error::io("OFD write lock", e)),
         }
-        Err(e) => Err(Error::io("OFD write lock", e)),
+        match ofd_lock(fd, libc::F_RDLCK, false) {
+            Ok(()) => return Ok(false),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EACCES)) => {}
+            Err(e) => return Err(Error::io("OFD read lock", e)),
+        }
+        let waited = start.elapsed();
+        if waited >= timeout {
+            let holder = exclusive_holder(file);
+            let cap = timeout.saturating_mul(crate::lock::OVERLOAD_FACTOR).max(ATTACH_WAIT_FLOOR);
+            let stuck = holder.is_some_and(|pid| !crate::lock::holder_working(pid));
+            if stuck || waited >= cap {
+                return Err(Error::AttachTimeout { waited_ms: waited.as_millis() as u64, holder });
+            }
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(crate::lock::WAIT_SLICE);
     }
+}
+
+/// A working holder of the exclusive attach lock gets at least this long
+/// (see [`attach_lock`]).
+pub const ATTACH_WAIT_FLOOR: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The pid recorded as the exclusive attach lock's holder, read from the
+/// file (the waiter has not mapped it yet).
+fn exclusive_holder(file: &File) -> Option<u32> {
+    use std::os::unix::fs::FileExt;
+    let mut b = [0u8; 4];
+    file.read_exact_at(&mut b, fh::EXCLUSIVE_PID as u64).ok()?;
+    Some(u32::from_ne_bytes(b)).filter(|&p| p != 0)
 }
 
 /// Downgrade the exclusive attach lock to a shared one (atomic).
@@ -435,6 +505,14 @@ fn check_dir(dir: &Path, allow_foreign: bool, me: u32) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// Whether the directory of `path` lets every user create names in it
+/// (world-writable; sticky, or `check_dir` would have refused it): another
+/// user could then take the name of the cache's spill directory first.
+pub(crate) fn in_shared_sticky_dir(path: &Path) -> bool {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::metadata(dir).is_ok_and(|md| md.mode() & 0o002 != 0)
 }
 
 /// Create `dir` (and parents) with mode 0700 if missing.
@@ -574,6 +652,7 @@ pub(crate) fn open(
     opts: &OpenOptions,
     init_shards: &dyn Fn(&Mapping, &Geometry) -> Result<()>,
     reattach: &dyn Fn(&Mapping, &Geometry) -> Result<()>,
+    alone: &dyn Fn(&Mapping, &Geometry) -> Result<()>,
 ) -> Result<Opened> {
     let wanted = match opts.size {
         Some(size) => Some(Geometry::for_size(size, opts.shards)?),
@@ -589,7 +668,7 @@ pub(crate) fn open(
         if let Some(file) = open_existing(path)? {
             let md = check_file(&file, path, opts.allow_foreign_owner, me)?;
             let (len, id) = (md.len(), (md.dev(), md.ino()));
-            let exclusive = attach_lock(file.as_raw_fd())?;
+            let exclusive = attach_lock(&file, opts.lock_timeout)?;
             let (geo, lazy) = match read_header(&file, len) {
                 Ok(g) => g,
                 Err(e @ (Error::Corrupt(_) | Error::Incompatible(_)))
@@ -623,15 +702,21 @@ pub(crate) fn open(
             let ptr = map(&file, geo.total_size())?;
             let mut m = Mapping::new(file, ptr, geo, lazy, id);
             if exclusive {
+                // Openers waiting meanwhile can tell a stopped holder.
+                m.exclusive_pid().store(crate::lock::my_pid(), Ordering::SeqCst);
                 if m.detached_clean() {
                     m.how = Attach::Clean;
                 } else {
                     reattach(&m, &geo)?;
                     m.how = Attach::Repaired;
                 }
+                // Still alone: what only a lone process may do (the spill
+                // sweep and recount) happens before anyone else attaches.
+                alone(&m, &geo)?;
                 // We are alone (exclusive lock): the only one counted.
                 m.attach_count().store(1, Ordering::SeqCst);
                 m.set_clean_state(ATTACHED_NOW);
+                m.exclusive_pid().store(0, Ordering::SeqCst);
                 downgrade(m.file.as_raw_fd())?;
             } else {
                 m.attach_count().fetch_add(1, Ordering::SeqCst);
@@ -652,7 +737,7 @@ pub(crate) fn open(
                 path.display()
             ))
         })?;
-        if let Some(opened) = create(path, &geo, opts.preallocate, init_shards)? {
+        if let Some(opened) = create(path, &geo, opts.preallocate, init_shards, alone)? {
             return Ok(opened);
         }
         // Lost a creation race: open the winner's file.
@@ -850,6 +935,7 @@ fn create(
     geo: &Geometry,
     preallocate: bool,
     init_shards: &dyn Fn(&Mapping, &Geometry) -> Result<()>,
+    alone: &dyn Fn(&Mapping, &Geometry) -> Result<()>,
 ) -> Result<Option<Opened>> {
     // A random hash seed per file (see hash.rs), fixed for the file's life.
     let geo = &Geometry { seed: crate::hash::random_seed()?, ..*geo };
@@ -906,8 +992,10 @@ fn create(
     ofd_lock(fd, libc::F_WRLCK, false).map_err(|e| cleanup(Error::io("OFD lock new file", e)))?;
     let mut header = vec![0u8; HEADER_SIZE];
     geo.write_header(&mut header, crate::shard::now_ms(), lazy);
-    // The creator is attached, alone.
+    // The creator is attached, alone, and holds the exclusive lock.
     header[fh::ATTACHED..fh::ATTACHED + 4].copy_from_slice(&1u32.to_ne_bytes());
+    header[fh::EXCLUSIVE_PID..fh::EXCLUSIVE_PID + 4]
+        .copy_from_slice(&crate::lock::my_pid().to_ne_bytes());
     // SAFETY: the mapping is at least HEADER_SIZE bytes and not yet shared.
     unsafe { std::ptr::copy_nonoverlapping(header.as_ptr(), m.ptr, HEADER_SIZE) };
     init_shards(&m, geo).map_err(cleanup)?;
@@ -921,6 +1009,10 @@ fn create(
         }
         return Err(Error::io(format!("link {}", path.display()), e));
     }
+    // A spill directory left by an earlier file of this name holds nothing
+    // this one names.
+    alone(&m, geo)?;
+    m.exclusive_pid().store(0, Ordering::SeqCst);
     downgrade(fd)?;
     m.attached = true;
     Ok(Some(Opened { map: m, exclusive: true }))

@@ -106,6 +106,11 @@ pub mod fh {
     pub const CHECKSUM: usize = 64;
     /// 1 once the creator finished initialising every shard.
     pub const READY: usize = 72;
+    /// A u32: the pid of the process holding the exclusive attach lock
+    /// while it repairs or sweeps alone (0: none recorded), so that an
+    /// opener waiting for it can tell a stopped holder from a busy one
+    /// (`file.rs`). Outside the checksum; ignored by older engines.
+    pub const EXCLUSIVE_PID: usize = 76;
     /// A byte: 0 while attached; 1 after the last process detached; 2 after
     /// the last process detached and found that every process attached
     /// since the last repair of the shards detached cleanly (`file.rs`).

@@ -48,9 +48,11 @@ mod sigbus;
 pub mod spill;
 pub mod stats;
 
-pub use cache::{Cache, CheckReport, Value, FLAG_INT};
+pub use cache::{
+    Cache, CheckReport, Update, UpdateOptions, Updated, Value, DEFAULT_MAX_CONFLICTS, FLAG_INT,
+};
 pub use error::{Error, Result};
 pub use file::{default_directory, OpenOptions};
 pub use layout::{FLAG_SPILLED, LAYOUT_VERSION, MAX_KEY_LEN};
-pub use shard::{now_ms, Entry0, EntryRef, SetMode, COMPACT_FREE_PERCENT};
+pub use shard::{now_ms, CasOutcome, Entry0, EntryRef, SetMode, COMPACT_FREE_PERCENT};
 pub use stats::ShardStats;

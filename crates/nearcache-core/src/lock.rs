@@ -95,14 +95,69 @@ pub fn my_pid() -> u32 {
     p
 }
 
-/// Whether a process with id `pid` may still hold a lock.
-fn holder_alive(owner: u32) -> bool {
+/// Whether a process with id `pid` may still hold a lock. `thorough`: also
+/// tell a dead but unreaped process (a zombie) from a live one, which
+/// costs a few system calls; lockers ask only once they have waited a
+/// slice, so a contended lock of a live holder costs nothing more.
+fn holder_alive(owner: u32, thorough: bool) -> bool {
     if owner == 0 || owner >= PID_MAX_LIMIT {
         return false; // OWNER_GONE, or a word no process could have written
     }
     // SAFETY: kill with signal 0 only checks for existence and permission.
     let rc = unsafe { libc::kill(owner as libc::pid_t, 0) };
-    rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    let exists = rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+    exists && !(thorough && exited(owner))
+}
+
+/// Whether process `pid`, which still exists, has exited: every thread of
+/// it is gone and only its zombie waits for a parent to reap it (which may
+/// never come: a container's PID 1 that does not reap, a parent that waits
+/// for its children only when it exits).
+///
+/// Asked through a pidfd, which polls readable once the whole thread group
+/// has exited, reaped or not; where pidfds are unavailable (Linux before
+/// 5.3, a seccomp filter), from /proc: the state of every thread is Z
+/// (zombie) or X (dead). A thread-group leader that called pthread_exit
+/// shows Z while its other threads run: only all threads count. No answer
+/// either way is "not exited": a wait that cannot tell still ends at its
+/// timeout.
+fn exited(pid: u32) -> bool {
+    // SAFETY: pidfd_open takes a pid and flags; it returns a new descriptor
+    // that we close below, or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) } as i32;
+    if fd >= 0 {
+        let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd; zero timeout.
+        let n = unsafe { libc::poll(&mut p, 1, 0) };
+        // SAFETY: our descriptor.
+        unsafe { libc::close(fd) };
+        return n == 1 && p.revents & libc::POLLIN != 0;
+    }
+    match std::io::Error::last_os_error().raw_os_error() {
+        Some(libc::ESRCH) => true, // reaped meanwhile
+        _ => exited_per_proc(pid),
+    }
+}
+
+/// [`exited`] from /proc: every thread's state is Z or X.
+fn exited_per_proc(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
+    let mut any = false;
+    for t in tasks.flatten() {
+        let Ok(stat) = std::fs::read(t.path().join("stat")) else { continue };
+        match proc_state(&stat) {
+            Some(b'Z') | Some(b'X') => any = true,
+            _ => return false,
+        }
+    }
+    any
+}
+
+/// The state letter of a /proc/<pid>/stat line ("pid (comm) S ..."): it
+/// follows the last ')', since the command may hold any byte.
+fn proc_state(stat: &[u8]) -> Option<u8> {
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    stat.get(close + 2).copied()
 }
 
 /// Whether process `pid` is running, runnable or in an uninterruptible
@@ -110,9 +165,23 @@ fn holder_alive(owner: u32) -> bool {
 /// for stopped (T), traced (t), sleeping (S) or unknown.
 fn holder_running(pid: u32) -> bool {
     let Ok(stat) = std::fs::read(format!("/proc/{pid}/stat")) else { return false };
-    // "pid (comm) S ...": the state follows the last ')'.
-    let Some(close) = stat.iter().rposition(|&b| b == b')') else { return false };
-    matches!(stat.get(close + 2), Some(b'R') | Some(b'D'))
+    matches!(proc_state(&stat), Some(b'R') | Some(b'D'))
+}
+
+/// Whether process `pid` is alive and not stopped or traced: running,
+/// runnable, in a disk wait or asleep (a process repairing a file alone
+/// may sleep a moment, on a page fault or a lock of its own). False for a
+/// stopped (T), traced (t), dead or exited one. Used by an opener waiting
+/// for the exclusive attach lock.
+pub(crate) fn holder_working(pid: u32) -> bool {
+    if !holder_alive(pid, true) {
+        return false;
+    }
+    match std::fs::read(format!("/proc/{pid}/stat")) {
+        Ok(stat) => matches!(proc_state(&stat), Some(b'R') | Some(b'D') | Some(b'S')),
+        // No /proc: alive is all we can tell.
+        Err(_) => true,
+    }
 }
 
 fn futex(word: &AtomicU32, op: libc::c_int, val: u32, timeout: Option<Duration>) {
@@ -178,7 +247,9 @@ fn lock_slow(word: &AtomicU32, me: u32, timeout: Duration) -> Result<Acquired> {
             }
             continue;
         }
-        if !holder_alive(cur & !WAITERS) {
+        // After a first slice of waiting, a holder that exited but was not
+        // reaped (a zombie) counts as dead.
+        if !holder_alive(cur & !WAITERS, start.elapsed() >= WAIT_SLICE) {
             if word
                 .compare_exchange(cur, me | WAITERS, Ordering::Acquire, Ordering::Relaxed)
                 .is_ok()

@@ -82,6 +82,45 @@
 //!   doubles (the new slots are reserved first, then the index is rebuilt
 //!   from the arena by a compaction, under `REWRITING`).
 //!
+//! Versions (compare-and-swap, `Cache::cas`): a version names one written
+//! state of one key, and costs no byte per entry and no shared word. It is
+//! `(seq / 2) << b | (offset / ENTRY_ALIGN + 1)`, where `offset` is the
+//! entry's place in the arena, `b` the bits that place needs in this
+//! geometry (20 for 2 MiB shards, so 44 bits of generation; at least 31
+//! at the largest shard), and `seq` the word above, read even.
+//! * Why it names one write: between two moves the arena only grows, so
+//!   an offset is written by one append at most; every write that changes
+//!   an entry's bytes without a new offset (an in-place counter, `touch`)
+//!   or moves entries (compactions, resets, repairs, salvages, `clear`, a
+//!   growing index) is a move, and every move adds 2 to `seq`. Appends
+//!   (set, add, replace, an overwrite) give the new entry a fresh offset
+//!   and leave `seq` alone, so ordinary writes do not change other keys'
+//!   versions; only moves do (a CAS may then fail spuriously, never
+//!   succeed wrongly). Deletes and expiry make the key absent (version 0).
+//!   A separate generation word was considered and left out: `seq` is
+//!   already exactly that counter, bumped under the lock by every such
+//!   write, and the optimistic reader already loads and validates it.
+//! * Readers: an optimistic get builds the version from the `seq` it
+//!   loaded before the copy and validated after it (with the slot it
+//!   followed), so a version and a value are always read together; under
+//!   the lock `seq` is even and stable.
+//! * The generation wraps after 2^(64-b) moves of one shard: a version
+//!   held across that many moves (2^44 at 2 MiB shards, years of constant
+//!   compaction) could name a later entry at the same offset.
+//! * Across a shard reset the generation moves on (a reset is a move), and
+//!   offsets start again from 0 in the new generation. A new file, or a
+//!   shard whose header was lost (file truncated and extended), starts
+//!   `seq` at a random even value (`Shard::fresh_seq`): a version read
+//!   from the file that used to be at that path then names nothing in the
+//!   new one, but for a 2^-(64-b) chance.
+//! * A hostile or corrupt file: `seq` and the slots are shared words that
+//!   another program can set to anything, so there a CAS can store over a
+//!   value it never read, or fail every time (`Cache::update` then gives
+//!   up with `TooManyConflicts` after its bound). Never unsafe: a version
+//!   is only ever compared, never used to find or read anything; the
+//!   entry it is compared with was found and checked like any other. A
+//!   program that can write the file can write any value anyway.
+//!
 //! A growth that the file system refuses (ENOSPC, EDQUOT, EFBIG) is never
 //! an error: the shard evicts within the space it holds, exactly as a full
 //! preallocated shard does. A set whose entry exceeds the whole reserved
@@ -184,6 +223,8 @@ pub(crate) struct Shard {
     max_entry: usize,
     /// The file's per-CPU hit and miss counters.
     stripes: Stripes,
+    /// Bits of a version that hold the entry's offset (see "Versions").
+    ver_bits: u32,
 }
 
 /// Why an entry has no place yet.
@@ -226,6 +267,9 @@ pub struct EntryRef<'g> {
     val_len: usize,
     flags: u32,
     expires_ms: u64,
+    /// The entry's version (see "Versions" in the module comment); 0 where
+    /// the reader does not know it (a spilled value's file).
+    version: u64,
 }
 
 /// Where an entry's value bytes are.
@@ -234,12 +278,27 @@ enum Src<'g> {
     Arena { guard: &'g ShardGuard<'g>, off: usize },
     /// In a spilled-value file (`spill.rs`).
     Spilled(&'g ValueFile<'g>),
+    /// In private memory: a copy made earlier (`Cache::update` hands its
+    /// callback the value it read, outside any lock).
+    Owned(&'g [u8]),
 }
 
 impl<'g> EntryRef<'g> {
     /// A spilled value, opened and checked by the cache.
     pub(crate) fn spilled(file: &'g ValueFile<'g>, flags: u32, expires_ms: u64) -> Self {
-        EntryRef { src: Src::Spilled(file), val_len: file.len(), flags, expires_ms }
+        EntryRef { src: Src::Spilled(file), val_len: file.len(), flags, expires_ms, version: 0 }
+    }
+
+    /// A value already copied out of the cache (`version`: the one it was
+    /// read with).
+    pub(crate) fn owned(data: &'g [u8], flags: u32, expires_ms: u64, version: u64) -> Self {
+        EntryRef { src: Src::Owned(data), val_len: data.len(), flags, expires_ms, version }
+    }
+
+    /// The version of the entry this value was read from (0 for a reader
+    /// of a spilled value's file, which does not know it).
+    pub(crate) fn version(&self) -> u64 {
+        self.version
     }
 
     /// The reference of a spilled entry, as read from the arena; None for
@@ -291,6 +350,7 @@ impl EntryRef<'_> {
             // A failed read or checksum is recorded in the file: the cache
             // discards what was made from this copy.
             Src::Spilled(file) => file.read_into(dst),
+            Src::Owned(data) => dst.copy_from_slice(data),
         }
     }
     /// Write the value to `w` in chunks (through a small buffer that stays
@@ -316,6 +376,7 @@ impl EntryRef<'_> {
                 Ok(())
             }
             Src::Spilled(file) => file.write_to(w),
+            Src::Owned(data) => w.write_all(data),
         }
     }
 
@@ -475,7 +536,33 @@ impl Shard {
             seed: geo.seed,
             max_entry: geo.max_entry_size(),
             stripes,
+            ver_bits: version_offset_bits(geo.arena_size()),
         }
+    }
+
+    /// The version of the entry at arena offset `off` while the shard's
+    /// `seq` reads `seq` (even): see "Versions" in the module comment.
+    #[inline]
+    fn version(&self, seq: u64, off: usize) -> u64 {
+        // The shift drops the generation's high bits (it wraps); the low
+        // part is never 0, so neither is a version.
+        ((seq >> 1) << self.ver_bits) | (off / ENTRY_ALIGN + 1) as u64
+    }
+
+    /// A fresh, unpredictable starting `seq` (even) for a shard whose
+    /// header was zeroed (a new file, or a header lost and rebuilt), so
+    /// that versions read from an earlier file at this path, or before the
+    /// loss, do not name entries of the new one (see "Versions").
+    fn fresh_seq(&self) -> u64 {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        let mut salt = [0u8; 24];
+        salt[..8].copy_from_slice(&nanos.to_le_bytes());
+        salt[8..16].copy_from_slice(&(self.base as u64).to_le_bytes());
+        salt[16..].copy_from_slice(&(crate::lock::my_pid() as u64).to_le_bytes());
+        hash_key(self.file_off as u64, &salt) & !1
     }
 
     /// Reserve the shard's bytes [from, to) in the file (page-rounded).
@@ -527,6 +614,7 @@ impl Shard {
         if self.lazy {
             g.set_hdr(sh::ACTIVE_SLOTS, self.initial_active as u64);
         }
+        g.set_hdr(sh::SEQ, self.fresh_seq());
         g.repair();
         g.set_hdr(sh::MAGIC, SHARD_MAGIC);
         Ok(())
@@ -550,6 +638,8 @@ impl Shard {
         let damaged = g.hdr(sh::MAGIC) != SHARD_MAGIC;
         g.set_hdr(sh::MAGIC, SHARD_MAGIC);
         if damaged {
+            // The header was lost with its seq: start the versions afresh.
+            g.set_hdr(sh::SEQ, self.fresh_seq());
             g.repair();
             g.bump_stat(sh::RESETS);
             return Ok(true);
@@ -699,6 +789,9 @@ impl Shard {
                 val_len: e.val_len,
                 flags: e.flags,
                 expires_ms: e.expires,
+                // Validated with the copy: `before` is the seq this read
+                // saw from start to end.
+                version: self.version(before, e.off),
             });
             let published = ShardGuard::slot_value(hash, e.off);
             if self.seq_unchanged(before) && view.slot(i) & !SLOT_VISITED == published {
@@ -1329,6 +1422,7 @@ impl<'a> ShardGuard<'a> {
                     val_len: e.val_len,
                     flags: e.flags,
                     expires_ms: e.expires,
+                    version: self.version_of(&e),
                 }))
             }
             None => {
@@ -1611,6 +1705,69 @@ impl<'a> ShardGuard<'a> {
         same
     }
 
+    /// The version of the checked entry `e` (under the lock, where `seq`
+    /// is even: a move in progress is this guard's own, and no entry is
+    /// read inside one).
+    fn version_of(&self, e: &Entry) -> u64 {
+        self.shard.version(self.hdr(sh::SEQ) & !1, e.off)
+    }
+
+    /// The version of `key`'s live entry, 0 if absent (an expired entry
+    /// is unlinked on the way).
+    pub(crate) fn current_version(&self, key: &[u8], hash: u64, now: &mut Now) -> u64 {
+        self.lookup_live(key, hash, now).map_or(0, |(_, e)| self.version_of(&e))
+    }
+
+    /// Compare-and-swap: store `value` only if `key`'s version is
+    /// `expected` (0: only if absent). One lock hold covers the comparison
+    /// and the store, so two CASes with one version never both store.
+    /// Fails with `Error::Full` (nothing changed) as `set` does.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn cas(
+        &self,
+        key: &[u8],
+        hash: u64,
+        value: &[u8],
+        flags: u32,
+        expires: u64,
+        expected: u64,
+        now: &mut Now,
+    ) -> Result<CasOutcome> {
+        let current = self.current_version(key, hash, now);
+        if current != expected {
+            return Ok(CasOutcome::Conflict(current));
+        }
+        let stored = self.set(key, hash, value, flags, expires, SetMode::Always, now)?;
+        // The new entry's version (its offset, and the seq after whatever
+        // compaction the store needed). Not stored (only while another
+        // program rewrites the shard): report what is there now.
+        let now_version = self.current_version(key, hash, now);
+        Ok(if stored && now_version != 0 {
+            CasOutcome::Stored(now_version)
+        } else {
+            CasOutcome::Conflict(now_version)
+        })
+    }
+
+    /// Delete `key` only if its version is `expected` (never for 0).
+    pub(crate) fn delete_if_version(
+        &self,
+        key: &[u8],
+        hash: u64,
+        expected: u64,
+        now: &mut Now,
+    ) -> bool {
+        let Some((i, e)) = self.lookup_live(key, hash, now) else { return false };
+        if expected == 0 || self.version_of(&e) != expected {
+            return false;
+        }
+        self.begin_write();
+        self.unlink(i, &e);
+        self.end_write();
+        self.bump_stat(sh::DELETES);
+        true
+    }
+
     /// Remove `key` and hand its value to `f`.
     pub(crate) fn pop<R>(
         &self,
@@ -1625,6 +1782,7 @@ impl<'a> ShardGuard<'a> {
             val_len: e.val_len,
             flags: e.flags,
             expires_ms: e.expires,
+            version: self.version_of(&e),
         });
         self.begin_write();
         self.unlink(i, &e);
@@ -2419,6 +2577,23 @@ impl<'a> ShardGuard<'a> {
             self.set_slot(i, 0x0bad_0bad_0bad_0bad);
         }
     }
+}
+
+/// Outcome of a compare-and-swap ([`crate::Cache::cas`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CasOutcome {
+    /// Stored; the new version of the key.
+    Stored(u64),
+    /// Not stored: the key's version was not the expected one. This is the
+    /// version found (0: the key was absent).
+    Conflict(u64),
+}
+
+/// Bits of a version that hold `offset / ENTRY_ALIGN + 1` for an arena of
+/// `arena_size` bytes (the rest holds the generation).
+fn version_offset_bits(arena_size: usize) -> u32 {
+    let most = (arena_size / ENTRY_ALIGN + 1) as u64;
+    (u64::BITS - most.leading_zeros()).clamp(1, 40)
 }
 
 /// Metadata of a live entry passed to `for_each_live`.

@@ -26,17 +26,37 @@
 //!   `len` bytes long, and its bytes must hash to the stored checksum. A
 //!   file that fails is refused, counted, and its entry dropped: the get is
 //!   a miss, never an error or a partial value.
+//! * **Nothing reaches a caller before it is verified.** The checksum is
+//!   compared before a get's callback runs (a batch's callback writes the
+//!   caller's output, or calls a C allocator, which cannot be taken back);
+//!   batch reads load the value into memory and verify it there.
+//! * **Only the file refuses itself.** What this process cannot do (open
+//!   a descriptor: EMFILE, ENFILE, ENOMEM; reach the directory; read
+//!   without an I/O error) is a miss for this process alone
+//!   (`Refusal::Local`): the entry and its file stay for everyone else.
+//!   The directory is named from the cache's absolute path, resolved once
+//!   at open, so a later `chdir` changes nothing.
 //! * **Readers never see a half-removed value.** The entry leaves the index
 //!   (under the lock) before its file is unlinked (after the lock). A
 //!   reader that opened the file keeps reading it whole (POSIX keeps an
 //!   unlinked open file); one that finds the name gone re-reads the index,
 //!   and finds the new value, or a miss.
 //! * **Orphans are swept, live files never are.** A file is an orphan when
-//!   no live entry names it. A process attaching alone (no other process
-//!   can be between linking and publishing) sweeps every orphan and
-//!   recounts the spilled bytes; while others are attached a sweep spares
-//!   files linked less than `SWEEP_GRACE` ago (longer than any publish
-//!   can take: the lock wait is bounded by the lock timeout).
+//!   no live entry names it. A writer holds a shared `flock` on its file
+//!   from before it is linked until its entry is published; a sweep takes
+//!   each candidate's exclusive `flock` without waiting (a held one means
+//!   "being published": skipped, however long its writer waits for the
+//!   shard lock), lists the live references again while it holds it, and
+//!   unlinks only a file still unnamed. Files changed less than a grace ago
+//!   are spared as well (`SWEEP_GRACE` for sweeps while others are
+//!   attached). The process attaching alone sweeps with no grace and
+//!   recounts the spilled bytes while it still holds the exclusive attach
+//!   lock: nobody else is attached, so nothing is in flight, and nobody
+//!   can attach before it is done.
+//! * **Bytes are given back exactly once**, by whoever unlinks the file: a
+//!   remover whose unlink finds the file already gone (a sweep removed it
+//!   from under its removal queue) gives nothing back. A remover that
+//!   cannot reach the directory leaves the file, counted, to a sweep.
 //!
 //! Power loss: files are not fsynced. The index itself lives in a shared
 //! mapping that is written back when the kernel chooses (or on `flush`),
@@ -133,14 +153,24 @@ pub enum Refusal {
     /// The file is gone: its entry was replaced or removed meanwhile (read
     /// the index again), or someone deleted it.
     Missing,
-    /// The file is not what the entry says (owner, type, mode, length,
-    /// checksum) or could not be read.
+    /// The file is not what the entry says (a symlink, wrong owner, type,
+    /// mode, length or checksum): refused for every process.
     Bad(&'static str),
+    /// This process could not open or read the file (out of descriptors or
+    /// memory, an I/O error, no access to the directory): a miss here, and
+    /// nothing about the value itself; it is never deleted for this.
+    Local(&'static str),
 }
 
 /// An open spilled value, handed to a get's callback through `EntryRef`.
-/// Its copy checks the checksum; a mismatch (or a read error) is recorded
-/// and the caller discards what the callback made.
+///
+/// Nothing reaches a callback before the value is known good: the cache
+/// calls [`ValueFile::check`] (or [`ValueFile::load`]) first, which reads
+/// the whole file and compares its checksum, unless this very file was
+/// verified before. The copy that follows can then fail only on an I/O
+/// error (recorded, see [`ValueFile::failed`]); callers that cannot take
+/// back what a callback did (`get_many`'s output, a C allocator) load the
+/// value into memory first, so their callback sees verified bytes only.
 pub struct ValueFile<'d> {
     file: File,
     len: usize,
@@ -148,40 +178,78 @@ pub struct ValueFile<'d> {
     failed: Cell<bool>,
     /// Where to record a verified checksum, and under what identity (None:
     /// this very file was verified before, with this checksum, and has not
-    /// changed since: the checksum need not be computed again).
+    /// changed since, or [`ValueFile::check`] verified it).
     verify: Option<(&'d Verified, VerifiedKey, FileIdentity)>,
+    /// The value, read and verified (see [`ValueFile::load`]).
+    loaded: Option<Vec<u8>>,
+}
+
+/// Why a read of a spilled file failed: a file shorter than its length is
+/// not the value (refused); any other error is this process's (a miss).
+fn read_refusal(e: &io::Error) -> Refusal {
+    if e.kind() == io::ErrorKind::UnexpectedEof {
+        Refusal::Bad("length")
+    } else {
+        Refusal::Local("read")
+    }
 }
 
 impl ValueFile<'_> {
-    /// Copy the value into `dst` (exactly `len` bytes) and check it.
+    /// Verify the file before anything is served from it: read it whole
+    /// and compare its checksum (skipped for a file verified before).
+    pub(crate) fn check(&mut self) -> std::result::Result<(), Refusal> {
+        let Some((verified, key, identity)) = self.verify.take() else { return Ok(()) };
+        let mut buf = vec![0u8; (64 * 1024).min(self.len)];
+        let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+        let mut done = 0usize;
+        while done < self.len {
+            let n = (self.len - done).min(buf.len());
+            self.file.read_exact_at(&mut buf[..n], done as u64).map_err(|e| read_refusal(&e))?;
+            hasher.update(&buf[..n]);
+            done += n;
+        }
+        if hasher.digest() != self.sum {
+            return Err(Refusal::Bad("checksum"));
+        }
+        verified.insert(key, identity);
+        Ok(())
+    }
+
+    /// Read the value into memory and verify it: copies are then served
+    /// from memory and cannot fail.
+    pub(crate) fn load(&mut self) -> std::result::Result<(), Refusal> {
+        let mut data = vec![0u8; self.len];
+        self.file.read_exact_at(&mut data, 0).map_err(|e| read_refusal(&e))?;
+        if let Some((verified, key, identity)) = self.verify.take() {
+            if xxh3_64(&data) != self.sum {
+                return Err(Refusal::Bad("checksum"));
+            }
+            verified.insert(key, identity);
+        }
+        self.loaded = Some(data);
+        Ok(())
+    }
+
+    /// Copy the value into `dst` (exactly `len` bytes). A read error is
+    /// recorded (see [`ValueFile::failed`]).
     pub(crate) fn read_into(&self, dst: &mut [u8]) {
         debug_assert_eq!(dst.len(), self.len);
-        if self.file.read_exact_at(dst, 0).is_err() {
+        debug_assert!(self.verify.is_none(), "served before it was checked");
+        if let Some(data) = &self.loaded {
+            dst.copy_from_slice(data);
+        } else if self.file.read_exact_at(dst, 0).is_err() {
             self.failed.set(true);
-            return;
-        }
-        if self.verify.is_some() {
-            self.settle(xxh3_64(dst));
         }
     }
 
-    /// After a copy that had to be verified: record the file as verified if
-    /// the copy read whole and hashed to the reference's checksum, else mark
-    /// the copy failed.
-    fn settle(&self, digest: u64) {
-        let Some((verified, key, identity)) = &self.verify else { return };
-        if !self.failed.get() && digest == self.sum {
-            verified.insert(*key, *identity);
-        } else {
-            self.failed.set(true);
-        }
-    }
-    /// Write the value to `w` through a buffer, checking it as
-    /// [`ValueFile::read_into`] does. An error of `w` is returned; a failed
-    /// read or checksum is recorded (see [`ValueFile::failed`]).
+    /// Write the value to `w` through a buffer. An error of `w` is
+    /// returned; a failed read is recorded (see [`ValueFile::failed`]).
     pub(crate) fn write_to(&self, w: &mut impl Write) -> io::Result<()> {
-        let mut buf = vec![0u8; 64 * 1024];
-        let mut hasher = self.verify.as_ref().map(|_| xxhash_rust::xxh3::Xxh3::new());
+        debug_assert!(self.verify.is_none(), "served before it was checked");
+        if let Some(data) = &self.loaded {
+            return w.write_all(data);
+        }
+        let mut buf = vec![0u8; (64 * 1024).min(self.len)];
         let mut done = 0usize;
         while done < self.len {
             let n = (self.len - done).min(buf.len());
@@ -190,19 +258,14 @@ impl ValueFile<'_> {
                 // Keep the promised length: what was made is discarded.
                 buf[..n].fill(0);
             }
-            if let Some(h) = hasher.as_mut() {
-                h.update(&buf[..n]);
-            }
             w.write_all(&buf[..n])?;
             done += n;
-        }
-        if let Some(h) = hasher {
-            self.settle(h.digest());
         }
         Ok(())
     }
 
-    /// Whether a copy failed its check.
+    /// Whether a copy failed to read the file (an I/O error after the
+    /// value was verified: what the copy made must be discarded).
     pub fn failed(&self) -> bool {
         self.failed.get()
     }
@@ -257,6 +320,21 @@ pub struct SweepReport {
     pub referenced: u64,
 }
 
+/// Files a sweep locks and examines at once.
+const SWEEP_BATCH: usize = 64;
+
+/// A file a sweep holds locked (released when dropped).
+struct SweepHold {
+    _file: Option<File>,
+    size: u64,
+}
+
+/// A written spilled file whose entry is not yet published: its shared
+/// `flock`, taken before the file got its name, keeps sweeps off it until
+/// this is dropped (after the publish, or after the file is removed).
+#[derive(Debug)]
+pub struct Publishing(#[allow(dead_code)] File);
+
 /// An open spill directory.
 #[derive(Debug)]
 pub struct SpillDir {
@@ -279,6 +357,21 @@ fn fstat(fd: i32) -> io::Result<libc::stat> {
             return Err(io::Error::last_os_error());
         }
         Ok(st)
+    }
+}
+
+/// Take a shared `flock` of `file` (a new file nobody else can hold yet:
+/// it does not wait).
+fn flock_shared(file: &File) -> io::Result<()> {
+    loop {
+        // SAFETY: flock on our descriptor.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH) } == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
     }
 }
 
@@ -391,22 +484,26 @@ impl SpillDir {
     }
 
     /// Write `value` to a new file and give it its name; returns its
-    /// reference. Nothing named is left behind on failure.
-    pub fn write(&self, value: &[u8]) -> Result<SpillRef> {
+    /// reference, and the lock that keeps sweeps off the file until its
+    /// entry is published (drop it after the publish). Nothing named is
+    /// left behind on failure.
+    pub fn write(&self, value: &[u8]) -> Result<(SpillRef, Publishing)> {
         let id = random_id()?;
         let name = file_name(id);
         let r = SpillRef { id, len: value.len() as u64, sum: xxh3_64(value) };
         let (mut file, temp) =
             self.open_unnamed(id).map_err(|e| self.write_error(value.len(), e))?;
         // No fsync: see the module comment ("Power loss").
-        let linked = file.write_all(value).and_then(|()| self.link(&file, temp.as_deref(), &name));
+        let linked = flock_shared(&file)
+            .and_then(|()| file.write_all(value))
+            .and_then(|()| self.link(&file, temp.as_deref(), &name));
         if let Err(e) = linked {
             if let Some(t) = temp {
                 self.unlink(&t);
             }
             return Err(self.write_error(value.len(), e));
         }
-        Ok(r)
+        Ok((r, Publishing(file)))
     }
 
     /// An unnamed file in the directory (`O_TMPFILE`), or, where the file
@@ -493,7 +590,13 @@ impl SpillDir {
     }
 
     /// Open the file `r` names and check it (owner, type, mode, length).
-    /// The checksum is checked by the copy ([`ValueFile::read_into`]).
+    /// The checksum is checked before anything is served from it
+    /// ([`ValueFile::check`], [`ValueFile::load`]).
+    ///
+    /// Only what the file itself shows refuses it (a symlink, the wrong
+    /// type, owner, mode or length): an error of this process (out of
+    /// descriptors or memory, no access) is [`Refusal::Local`], a miss here
+    /// that must not cost the value to anyone else.
     pub fn open_value(&self, r: &SpillRef) -> std::result::Result<ValueFile<'_>, Refusal> {
         let Ok(len) = usize::try_from(r.len) else { return Err(Refusal::Bad("length")) };
         let name = cstr(&r.file_name());
@@ -514,12 +617,12 @@ impl SpillDir {
             return Err(match e.raw_os_error() {
                 Some(libc::ENOENT) => Refusal::Missing,
                 Some(libc::ELOOP) => Refusal::Bad("symlink"),
-                _ => Refusal::Bad("open"),
+                _ => Refusal::Local("open"),
             });
         }
         // SAFETY: a fresh descriptor we own.
         let file = unsafe { File::from_raw_fd(fd) };
-        let st = fstat(file.as_raw_fd()).map_err(|_| Refusal::Bad("stat"))?;
+        let st = fstat(file.as_raw_fd()).map_err(|_| Refusal::Local("stat"))?;
         if st.st_mode & libc::S_IFMT != libc::S_IFREG {
             return Err(Refusal::Bad("not a regular file"));
         }
@@ -536,29 +639,49 @@ impl SpillDir {
         } else {
             Some((&self.verified, key, identity))
         };
-        Ok(ValueFile { file, len, sum: r.sum, failed: Cell::new(false), verify })
+        Ok(ValueFile { file, len, sum: r.sum, failed: Cell::new(false), verify, loaded: None })
     }
 
-    /// Remove the file of `id` (a missing file is not an error).
-    pub fn remove(&self, id: u64) {
-        self.unlink(&file_name(id));
+    /// Remove the file of `id`; whether this call removed it. The spilled
+    /// bytes are given back by whoever removes a file, exactly once: a
+    /// remover whose unlink finds the file gone (a sweep took it first)
+    /// gives nothing back.
+    pub fn remove(&self, id: u64) -> bool {
+        self.unlink(&file_name(id))
     }
 
-    fn unlink(&self, name: &str) {
+    fn unlink(&self, name: &str) -> bool {
         let c = cstr(name);
         // SAFETY: valid NUL-terminated name relative to our dir fd.
-        unsafe { libc::unlinkat(self.dirfd(), c.as_ptr(), 0) };
+        unsafe { libc::unlinkat(self.dirfd(), c.as_ptr(), 0) == 0 }
     }
 
-    /// Remove every file no live entry names (`referenced`), sparing files
-    /// whose status changed less than `grace` ago, and temporary files of
-    /// killed writers. Names that are not ours are left alone.
-    pub fn sweep(&self, referenced: &HashSet<u64>, grace: Duration) -> Result<SweepReport> {
+    /// Remove every file no live entry names, and temporary files of killed
+    /// writers. Names that are not ours are left alone. `referenced` lists
+    /// the ids live entries name; it is called once, and again before each
+    /// batch of removals.
+    ///
+    /// A file is removed only if all of these hold: its status changed
+    /// `grace` ago or earlier; no writer holds it (a spiller holds a shared
+    /// `flock` on its file from before it is linked until its entry is
+    /// published, see [`SpillDir::write`], so a file being published is
+    /// never taken, however long its writer waits for the shard lock); and,
+    /// with its exclusive `flock` held by the sweep, `referenced` still
+    /// does not name it (a writer that published after the first listing
+    /// released its lock only after publishing, so the second listing
+    /// sees it). The sweep unlinks while it holds the lock.
+    pub fn sweep(
+        &self,
+        grace: Duration,
+        referenced: &mut dyn FnMut() -> Result<HashSet<u64>>,
+    ) -> Result<SweepReport> {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default()
             .as_secs_f64();
         let mut report = SweepReport::default();
+        let first = referenced()?;
+        let mut candidates = Vec::new();
         for name in self.list()? {
             let id = if name.len() == 16 {
                 match u64::from_str_radix(&name, 16) {
@@ -577,7 +700,7 @@ impl SpillDir {
                 continue;
             };
             if let Some(id) = id {
-                if referenced.contains(&id) {
+                if first.contains(&id) {
                     report.referenced += 1;
                     continue;
                 }
@@ -597,13 +720,71 @@ impl SpillDir {
             if now - changed < grace.as_secs_f64() {
                 continue;
             }
-            // SAFETY: as above.
-            if unsafe { libc::unlinkat(self.dirfd(), c.as_ptr(), 0) } == 0 {
-                report.removed += 1;
-                report.removed_bytes += st.st_size as u64;
+            candidates.push((name, id));
+        }
+        // In batches, so that the locks held stay few.
+        for batch in candidates.chunks(SWEEP_BATCH) {
+            let mut locked = Vec::with_capacity(batch.len());
+            for (name, id) in batch {
+                if let Some(held) = self.lock_for_sweep(name) {
+                    locked.push((name, *id, held));
+                }
+            }
+            if locked.is_empty() {
+                continue;
+            }
+            let now_named =
+                if locked.iter().any(|l| l.1.is_some()) { referenced()? } else { HashSet::new() };
+            for (name, id, held) in locked {
+                if id.is_some_and(|id| now_named.contains(&id)) {
+                    report.referenced += 1;
+                    continue;
+                }
+                if self.unlink(name) {
+                    report.removed += 1;
+                    report.removed_bytes += held.size;
+                }
+                drop(held);
             }
         }
         Ok(report)
+    }
+
+    /// Take the exclusive `flock` of the file `name` without waiting: None
+    /// if a writer holds it (or it vanished). A file that cannot be opened
+    /// to be locked (a symlink or other non-file under one of our names) is
+    /// returned unlocked: no writer of ours makes one.
+    fn lock_for_sweep(&self, name: &str) -> Option<SweepHold> {
+        let c = cstr(name);
+        // SAFETY: valid NUL-terminated name relative to our dir fd.
+        let fd = unsafe {
+            libc::openat(
+                self.dirfd(),
+                c.as_ptr(),
+                libc::O_RDONLY
+                    | libc::O_NOFOLLOW
+                    | libc::O_NOCTTY
+                    | libc::O_NONBLOCK
+                    | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return match io::Error::last_os_error().raw_os_error() {
+                Some(libc::ELOOP) => Some(SweepHold { _file: None, size: 0 }),
+                _ => None,
+            };
+        }
+        // SAFETY: a fresh descriptor we own.
+        let file = unsafe { File::from_raw_fd(fd) };
+        let st = fstat(file.as_raw_fd()).ok()?;
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return Some(SweepHold { _file: None, size: 0 });
+        }
+        // SAFETY: flock on our descriptor.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            return None;
+        }
+        Some(SweepHold { _file: Some(file), size: st.st_size as u64 })
     }
 
     /// The names in the directory.

@@ -6,7 +6,7 @@
 mod common;
 use common::*;
 use nearcache_core::layout::{sh, Geometry, HEADER_SIZE, SHARD_HEADER_SIZE};
-use nearcache_core::{Cache, Error};
+use nearcache_core::{Cache, Error, Update, UpdateOptions};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -253,7 +253,7 @@ fn scribble_while_operating(shard_size: usize, shards: usize, target: usize, ops
     let max_value = (c.max_entry_size() / 3).min(64 * 1024);
     for _ in 0..ops {
         let k = &keys[rng.below(keys.len() as u64) as usize];
-        let r = match rng.below(6) {
+        let r = match rng.below(7) {
             0 | 1 => {
                 let len = rng.below(max_value as u64) as usize;
                 c.set(k, &vec![1u8; len], 0, 0)
@@ -268,9 +268,21 @@ fn scribble_while_operating(shard_size: usize, shards: usize, target: usize, ops
                 Error::NotACounter | Error::Overflow => Ok(()),
                 e => Err(e),
             }),
-            _ => c
+            5 => c
                 .set_many(&[(k.as_slice(), b"a".as_slice(), 0), (k.as_slice(), b"b", 0)], 0)
                 .map(drop),
+            // Versions come from the shard's seq and slots, which the
+            // scribbler rewrites: a CAS may then fail or store wrongly,
+            // never touch memory outside the shard (checked below).
+            _ => c.get_versioned(k).and_then(|got| {
+                let version = got.map_or(rng.next(), |(_, v)| v);
+                c.cas(k, &[2u8; 64], 0, 0, version)?;
+                let opts = UpdateOptions { ttl_ms: 0, max_conflicts: 3 };
+                match c.update(k, |_| Update::Set(vec![3u8; 32], 0), &opts) {
+                    Ok(_) | Err(Error::TooManyConflicts { .. }) => Ok(()),
+                    Err(e) => Err(e),
+                }
+            }),
         };
         match r {
             Ok(()) | Err(Error::Corrupt(_)) | Err(Error::LockTimeout { .. }) => {}

@@ -359,3 +359,211 @@ fn chunked_writes_of_inline_and_spilled_values_match_copies_and_are_checked() {
     assert!(got.unwrap().is_none());
     assert_eq!(c.stats().unwrap().spill_refused, 1);
 }
+
+/// Overwrite the (only) spilled file with same-length bytes that fail the
+/// checksum.
+fn corrupt_only_file(path: &Path, v: &[u8]) {
+    let f = only_file(path);
+    let mut other = v.to_vec();
+    other[v.len() / 2] ^= 0x5a;
+    std::thread::sleep(Duration::from_millis(5));
+    std::fs::write(&f, &other).unwrap();
+}
+
+#[test]
+fn get_many_never_hands_a_refused_spilled_value_to_its_callback() {
+    // The callback of get_many writes the caller's output (a C allocator,
+    // a Python list); a value that fails its checksum must never reach it.
+    let d = TempDir::new("spill-many-refused");
+    let path = d.file("c");
+    let c = Cache::open(&path, &spill_opts(64 << 20)).unwrap();
+    let v = big(4, 60_000);
+    c.set(b"bad", &v, 3, 0).unwrap();
+    c.set(b"fine", b"inline", 0, 0).unwrap();
+    // Read once, so the file is in the verified set; the rewrite moves its
+    // change time and must be checked again.
+    assert!(c.get(b"bad").unwrap().unwrap().data == v);
+    corrupt_only_file(&path, &v);
+    let mut seen: Vec<(usize, usize)> = Vec::new();
+    c.get_many_with(&[b"bad".as_slice(), b"fine"], |i, e| seen.push((i, e.len()))).unwrap();
+    assert_eq!(seen, vec![(1, 6)], "the refused value reached the callback");
+    assert_eq!(c.stats().unwrap().spill_refused, 1);
+    assert!(!c.contains(b"bad").unwrap(), "a corrupt file's entry is dropped");
+    // Never verified before: refused before the callback too.
+    c.set(b"bad", &v, 3, 0).unwrap();
+    corrupt_only_file(&path, &v);
+    let many = c.get_many(&[b"bad".as_slice()]).unwrap();
+    assert!(many[0].is_none());
+    assert_eq!(c.stats().unwrap().spill_refused, 2);
+}
+
+#[test]
+fn get_many_callbacks_see_whole_values_once_while_spilled_values_are_replaced() {
+    // A spilled value's file that vanishes (overwritten meanwhile) makes
+    // get_many read the key again; an abandoned optimistic attempt must not
+    // leave its bytes in the caller's output.
+    let d = TempDir::new("spill-many-race");
+    let path = d.file("c");
+    let c = std::sync::Arc::new(Cache::open(&path, &spill_opts(256 << 20)).unwrap());
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (c, stop) = (c.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut i = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                // Spilled and inline values in turn, and deletes.
+                let len = if i % 2 == 0 { 6_000 + (i as usize % 3) * 1_000 } else { 900 };
+                if i % 5 == 4 {
+                    c.delete(b"k").unwrap();
+                } else {
+                    c.set(b"k", &make_value(b"k", i, len), 0, 0).unwrap();
+                }
+                i += 1;
+            }
+        })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_millis(1200);
+    let mut hits = 0;
+    while std::time::Instant::now() < deadline {
+        let mut calls = 0;
+        let mut last = Vec::new();
+        c.get_many_with(&[b"k".as_slice()], |_, e| {
+            calls += 1;
+            last = e.to_vec();
+        })
+        .unwrap();
+        assert!(calls <= 1, "the callback ran {calls} times for one key");
+        if calls == 1 {
+            verify_value(b"k", &last);
+            hits += 1;
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.join().unwrap();
+    assert!(hits > 0);
+    assert_eq!(c.stats().unwrap().spill_refused, 0);
+}
+
+#[test]
+fn a_sweep_and_a_reap_of_one_file_uncount_its_bytes_once() {
+    // A popped value's file waits for its remover's reap; a sweep by
+    // another thread in that window removes it first. Only the party whose
+    // unlink succeeds may give its bytes back.
+    let d = TempDir::new("spill-twice");
+    let path = d.file("c");
+    let c = Cache::open(&path, &spill_opts(64 << 20)).unwrap();
+    c.set(b"stays", &big(1, 20_000), 0, 0).unwrap();
+    c.set(b"goes", &big(2, 30_000), 0, 0).unwrap();
+    assert_eq!(c.stats().unwrap().spilled_bytes, 50_000);
+    let got = c
+        .pop_with(b"goes", |e| {
+            std::thread::scope(|s| {
+                s.spawn(|| c.sweep_spilled(Duration::ZERO).unwrap()).join().unwrap();
+            });
+            e.to_vec()
+        })
+        .unwrap();
+    assert!(got.unwrap() == big(2, 30_000), "the popped value is served whole");
+    let s = c.stats().unwrap();
+    assert_eq!((s.spilled_bytes, s.spilled_values), (20_000, 1), "{s:?}");
+    assert_eq!(files(&path).len(), 1);
+    assert!(c.get(b"stays").unwrap().unwrap().data == big(1, 20_000));
+}
+
+#[test]
+fn pop_of_a_present_spilled_value_returns_it_while_sweeps_run() {
+    // pop takes the entry out of the index, then reads its file: a sweep
+    // between the two (the file is then unnamed by any entry) must not turn
+    // a present key into None.
+    let d = TempDir::new("spill-pop-sweep");
+    let path = d.file("c");
+    let c = std::sync::Arc::new(Cache::open(&path, &spill_opts(256 << 20)).unwrap());
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sweeper = {
+        let (c, stop) = (c.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                c.sweep_spilled(Duration::from_millis(1)).unwrap();
+            }
+        })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_millis(1500);
+    let mut pops = 0u64;
+    while std::time::Instant::now() < deadline {
+        let v = make_value(b"k", pops, 9_000);
+        c.set(b"k", &v, 0, 0).unwrap();
+        // Older than the sweeper's grace: only the entry protects it.
+        std::thread::sleep(Duration::from_millis(2));
+        let got = c.pop(b"k").unwrap();
+        assert!(got.is_some(), "pop {pops} of a present key returned None");
+        assert!(got.unwrap().data == v);
+        pops += 1;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    sweeper.join().unwrap();
+    assert_eq!(c.stats().unwrap().spill_refused, 0);
+}
+
+#[test]
+fn a_spiller_blocked_past_the_sweep_grace_keeps_its_file() {
+    // Between linking its file and publishing the entry a spiller waits for
+    // the shard lock, up to its (possibly long) lock timeout. A sweep in
+    // that window, whatever its grace, must spare the file.
+    let d = TempDir::new("spill-blocked");
+    let path = d.file("c");
+    let o = OpenOptions { lock_timeout: Duration::from_secs(20), ..spill_opts(64 << 20) };
+    let c = std::sync::Arc::new(Cache::open(&path, &o).unwrap());
+    let holder = {
+        let c = c.clone();
+        std::thread::spawn(move || c.debug_hold_shard_lock(b"k", Duration::from_millis(800)))
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    let spiller = {
+        let c = c.clone();
+        std::thread::spawn(move || c.set(b"k", &big(6, 40_000), 0, 0))
+    };
+    // Wait until the spiller's file is linked (it then waits for the lock).
+    let t = std::time::Instant::now();
+    while files(&path).is_empty() {
+        assert!(t.elapsed() < Duration::from_secs(10), "the spiller never linked its file");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // A grace of zero stands for a spiller blocked longer than any grace.
+    let r = c.sweep_spilled(Duration::ZERO).unwrap();
+    assert_eq!(r.removed, 0, "the sweep removed a file being published");
+    holder.join().unwrap().unwrap();
+    spiller.join().unwrap().unwrap();
+    assert!(c.get(b"k").unwrap().unwrap().data == big(6, 40_000));
+    assert_eq!(c.stats().unwrap().spill_refused, 0);
+}
+
+#[test]
+fn a_spill_directory_another_user_planted_in_a_sticky_directory_is_refused_at_open() {
+    // In a sticky world-writable directory (/tmp, /dev/shm) another user
+    // can create `<cache>.spill` before the owner does. The open says so
+    // at once instead of failing every spill later.
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root to make a directory owned by another user");
+        return;
+    }
+    let d = TempDir::new("spill-sticky");
+    let shared = d.file("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    // The owner's open claims the name at once: nobody can plant it later.
+    let mine = shared.join("mine");
+    let c = Cache::open(&mine, &spill_opts(64 << 20)).unwrap();
+    let md = std::fs::symlink_metadata(dir_path(&mine)).expect("created at open");
+    assert!(md.is_dir() && md.uid() == 0 && md.mode() & 0o777 == 0o700, "{md:?}");
+    drop(c);
+    // Planted before the first open: the open fails, naming the owner.
+    let path = shared.join("c");
+    std::fs::create_dir(dir_path(&path)).unwrap();
+    std::fs::set_permissions(dir_path(&path), std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::os::unix::fs::chown(dir_path(&path), Some(4242), Some(4242)).unwrap();
+    match Cache::open(&path, &spill_opts(64 << 20)) {
+        Err(Error::Permission(m)) => assert!(m.contains("4242"), "{m}"),
+        other => panic!("expected a permission error at open, got {other:?}"),
+    }
+}

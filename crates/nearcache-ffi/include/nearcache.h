@@ -311,6 +311,56 @@ enum NcStatus nc_delete_if_equals(const struct NcCache *c,
                                   size_t expected_len,
                                   bool *deleted);
 
+// [`nc_get`], plus the entry's version: on a hit `*version` is the
+// version of the value copied out (never 0), on a miss 0. A version is
+// an opaque number naming one written state of one key: any change to
+// the key (set, add, replace, incr, delete, expiry, eviction, a
+// compaction that moves it) gives it another one. Pass it to [`nc_cas`]
+// or [`nc_delete_if_version`].
+//
+// # Safety
+// As [`nc_get`]; `version` NULL or writable.
+enum NcStatus nc_get_versioned(const struct NcCache *c,
+                               const uint8_t *key,
+                               size_t key_len,
+                               NcAllocFn alloc,
+                               void *ctx,
+                               bool *found,
+                               uint64_t *version);
+
+// Compare-and-swap: store `value` with `flags` for `ttl_ms` (0 = never
+// expires) only if `key`'s version is `expected_version` (0: only if the
+// key is absent). `*stored` says whether it stored; `*current_version`
+// (may be NULL) receives the new version if it stored, else the version
+// found (0 if absent), with the cache unchanged. A CAS may fail although
+// the value did not change (a compaction moved the key): read it again
+// with [`nc_get_versioned`] and retry.
+//
+// # Safety
+// `c` a live handle, `key` and `value` readable, `stored` and
+// `current_version` NULL or writable.
+enum NcStatus nc_cas(const struct NcCache *c,
+                     const uint8_t *key,
+                     size_t key_len,
+                     const uint8_t *value,
+                     size_t value_len,
+                     uint32_t flags,
+                     int64_t ttl_ms,
+                     uint64_t expected_version,
+                     bool *stored,
+                     uint64_t *current_version);
+
+// Remove `key` only if its version is `expected_version` (0 never
+// matches); `*deleted` says whether it did.
+//
+// # Safety
+// As [`nc_delete`].
+enum NcStatus nc_delete_if_version(const struct NcCache *c,
+                                   const uint8_t *key,
+                                   size_t key_len,
+                                   uint64_t expected_version,
+                                   bool *deleted);
+
 // Give `key` a new TTL (0 = never); `*found` says whether it was present.
 //
 // # Safety

@@ -33,7 +33,7 @@ use std::ffi::{c_char, c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 
-use nearcache_core::{keys, Cache, EntryRef, Error as CoreError, OpenOptions, SetMode};
+use nearcache_core::{keys, Cache, CasOutcome, EntryRef, Error as CoreError, OpenOptions, SetMode};
 
 /// An open cache file. Created by [`nc_open`], released by [`nc_free`].
 pub struct NcCache {
@@ -249,7 +249,7 @@ fn fail(e: CoreError) -> NcStatus {
         CoreError::NotFound => NC_NOT_FOUND,
         CoreError::Overflow => NC_OVERFLOW,
         CoreError::InvalidArgument(_) => NC_INVALID_ARGUMENT,
-        CoreError::LockTimeout { .. } => NC_LOCK_TIMEOUT,
+        CoreError::LockTimeout { .. } | CoreError::AttachTimeout { .. } => NC_LOCK_TIMEOUT,
         _ => NC_OTHER,
     }
 }
@@ -681,6 +681,107 @@ pub unsafe extern "C" fn nc_delete_if_equals(
         let (cache, key, expected) =
             unsafe { (cache(c)?, bytes(key, key_len)?, bytes(expected, expected_len)?) };
         let did = cache.delete_if_equals(&engine_key(key), expected).or_status()?;
+        // SAFETY: forwarded contract.
+        unsafe { put(deleted, did) };
+        Ok(())
+    })
+}
+
+/// [`nc_get`], plus the entry's version: on a hit `*version` is the
+/// version of the value copied out (never 0), on a miss 0. A version is
+/// an opaque number naming one written state of one key: any change to
+/// the key (set, add, replace, incr, delete, expiry, eviction, a
+/// compaction that moves it) gives it another one. Pass it to [`nc_cas`]
+/// or [`nc_delete_if_version`].
+///
+/// # Safety
+/// As [`nc_get`]; `version` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn nc_get_versioned(
+    c: *const NcCache,
+    key: *const u8,
+    key_len: usize,
+    alloc: NcAllocFn,
+    ctx: *mut c_void,
+    found: *mut bool,
+    version: *mut u64,
+) -> NcStatus {
+    guard(|| {
+        // SAFETY: forwarded contract.
+        let (cache, key) = unsafe { (cache(c)?, bytes(key, key_len)?) };
+        let hit = cache
+            .get_versioned_with(&engine_key(key), |e| copy_out(&e, alloc(ctx, e.len(), e.flags())))
+            .or_status()?;
+        // SAFETY: forwarded contract.
+        unsafe {
+            put(found, hit.is_some());
+            put(version, hit.map_or(0, |(_, v)| v));
+        }
+        Ok(())
+    })
+}
+
+/// Compare-and-swap: store `value` with `flags` for `ttl_ms` (0 = never
+/// expires) only if `key`'s version is `expected_version` (0: only if the
+/// key is absent). `*stored` says whether it stored; `*current_version`
+/// (may be NULL) receives the new version if it stored, else the version
+/// found (0 if absent), with the cache unchanged. A CAS may fail although
+/// the value did not change (a compaction moved the key): read it again
+/// with [`nc_get_versioned`] and retry.
+///
+/// # Safety
+/// `c` a live handle, `key` and `value` readable, `stored` and
+/// `current_version` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn nc_cas(
+    c: *const NcCache,
+    key: *const u8,
+    key_len: usize,
+    value: *const u8,
+    value_len: usize,
+    flags: u32,
+    ttl_ms: i64,
+    expected_version: u64,
+    stored: *mut bool,
+    current_version: *mut u64,
+) -> NcStatus {
+    guard(|| {
+        // SAFETY: forwarded contract.
+        let (cache, key, value) =
+            unsafe { (cache(c)?, bytes(key, key_len)?, bytes(value, value_len)?) };
+        let out = cache
+            .cas(&engine_key(key), value, flags, ttl_of(ttl_ms)?, expected_version)
+            .or_status()?;
+        let (did, version) = match out {
+            CasOutcome::Stored(v) => (true, v),
+            CasOutcome::Conflict(v) => (false, v),
+        };
+        // SAFETY: forwarded contract.
+        unsafe {
+            put(stored, did);
+            put(current_version, version);
+        }
+        Ok(())
+    })
+}
+
+/// Remove `key` only if its version is `expected_version` (0 never
+/// matches); `*deleted` says whether it did.
+///
+/// # Safety
+/// As [`nc_delete`].
+#[no_mangle]
+pub unsafe extern "C" fn nc_delete_if_version(
+    c: *const NcCache,
+    key: *const u8,
+    key_len: usize,
+    expected_version: u64,
+    deleted: *mut bool,
+) -> NcStatus {
+    guard(|| {
+        // SAFETY: forwarded contract.
+        let (cache, key) = unsafe { (cache(c)?, bytes(key, key_len)?) };
+        let did = cache.delete_if_version(&engine_key(key), expected_version).or_status()?;
         // SAFETY: forwarded contract.
         unsafe { put(deleted, did) };
         Ok(())

@@ -303,3 +303,166 @@ fn the_spill_threshold_and_no_spill_options_apply() {
     assert_eq!(stats(off.c).spilled_values, 0);
     assert!(!off.dir.join("c.spill").exists(), "no_spill makes no directory");
 }
+
+fn get_versioned(c: *mut NcCache, key: &[u8]) -> (Option<(Vec<u8>, u32)>, u64) {
+    let mut got = (Vec::new(), 0u32);
+    let (mut found, mut version) = (false, 99u64);
+    let ctx = &mut got as *mut _ as *mut c_void;
+    // SAFETY: valid handle, key and out-pointers.
+    let st = unsafe {
+        nc_get_versioned(c, key.as_ptr(), key.len(), alloc_vec, ctx, &mut found, &mut version)
+    };
+    assert_eq!(st, NcStatus::NC_OK, "{}", message());
+    (found.then_some(got), version)
+}
+
+fn cas(c: *mut NcCache, key: &[u8], value: &[u8], expected: u64) -> (NcStatus, bool, u64) {
+    let (mut stored, mut current) = (false, 99u64);
+    // SAFETY: valid handle, key, value and out-pointers.
+    let st = unsafe {
+        nc_cas(
+            c,
+            key.as_ptr(),
+            key.len(),
+            value.as_ptr(),
+            value.len(),
+            5,
+            0,
+            expected,
+            &mut stored,
+            &mut current,
+        )
+    };
+    (st, stored, current)
+}
+
+#[test]
+fn cas_through_the_abi_stores_only_against_the_current_version() {
+    let o = open("cas", 1 << 20);
+    assert_eq!(get_versioned(o.c, b"k"), (None, 0));
+    let (st, stored, v1) = cas(o.c, b"k", b"one", 0);
+    assert_eq!((st, stored), (NcStatus::NC_OK, true));
+    assert_ne!(v1, 0);
+    assert_eq!(get_versioned(o.c, b"k"), (Some((b"one".to_vec(), 5)), v1));
+    // Add-if-absent fails on a present key and reports its version.
+    assert_eq!(cas(o.c, b"k", b"x", 0), (NcStatus::NC_OK, false, v1));
+    let (_, stored, v2) = cas(o.c, b"k", b"two", v1);
+    assert!(stored && v2 != v1);
+    // The stale version changes nothing.
+    assert_eq!(cas(o.c, b"k", b"stale", v1), (NcStatus::NC_OK, false, v2));
+    assert_eq!(get(o.c, b"k"), Some((b"two".to_vec(), 5)));
+    // current_version may be NULL.
+    let mut stored = true;
+    // SAFETY: valid handle, key, value; a NULL version pointer is allowed.
+    let st = unsafe {
+        nc_cas(o.c, b"k".as_ptr(), 1, b"z".as_ptr(), 1, 0, 0, v1, &mut stored, ptr::null_mut())
+    };
+    assert_eq!((st, stored), (NcStatus::NC_OK, false));
+    // Compare-and-delete.
+    let mut deleted = true;
+    // SAFETY: valid handle, key and out-pointer.
+    unsafe {
+        assert_eq!(nc_delete_if_version(o.c, b"k".as_ptr(), 1, v1, &mut deleted), NcStatus::NC_OK);
+        assert!(!deleted);
+        assert_eq!(nc_delete_if_version(o.c, b"k".as_ptr(), 1, 0, &mut deleted), NcStatus::NC_OK);
+        assert!(!deleted);
+        assert_eq!(nc_delete_if_version(o.c, b"k".as_ptr(), 1, v2, &mut deleted), NcStatus::NC_OK);
+        assert!(deleted);
+    }
+    assert_eq!(get_versioned(o.c, b"k"), (None, 0));
+    assert_eq!(cas(o.c, b"k", b"x", v2), (NcStatus::NC_OK, false, 0));
+}
+
+#[test]
+fn cas_bad_arguments_are_codes_and_change_nothing() {
+    let o = open("casbad", 1 << 20);
+    let (_, _, v) = cas(o.c, b"k", b"keep", 0);
+    // Negative TTL, reserved flag bit, empty key, NULL value with a length.
+    let mut stored = true;
+    // SAFETY: each call passes valid pointers except the documented bad one.
+    unsafe {
+        let st =
+            nc_cas(o.c, b"k".as_ptr(), 1, b"x".as_ptr(), 1, 0, -1, v, &mut stored, ptr::null_mut());
+        assert_eq!(st, NcStatus::NC_INVALID_ARGUMENT);
+        assert!(message().contains("ttl"), "{}", message());
+        let st = nc_cas(
+            o.c,
+            b"k".as_ptr(),
+            1,
+            b"x".as_ptr(),
+            1,
+            1 << 31,
+            0,
+            v,
+            &mut stored,
+            ptr::null_mut(),
+        );
+        assert_eq!(st, NcStatus::NC_INVALID_ARGUMENT);
+        let st =
+            nc_cas(o.c, b"".as_ptr(), 0, b"x".as_ptr(), 1, 0, 0, v, &mut stored, ptr::null_mut());
+        assert_eq!(st, NcStatus::NC_BAD_KEY);
+        let st =
+            nc_cas(o.c, b"k".as_ptr(), 1, ptr::null(), 4, 0, 0, v, &mut stored, ptr::null_mut());
+        assert_eq!(st, NcStatus::NC_INVALID_ARGUMENT);
+        let st = nc_cas(
+            ptr::null(),
+            b"k".as_ptr(),
+            1,
+            b"x".as_ptr(),
+            1,
+            0,
+            0,
+            v,
+            &mut stored,
+            ptr::null_mut(),
+        );
+        assert_eq!(st, NcStatus::NC_INVALID_ARGUMENT);
+        let mut d = true;
+        assert_eq!(nc_delete_if_version(o.c, b"".as_ptr(), 0, v, &mut d), NcStatus::NC_BAD_KEY);
+    }
+    assert!(stored, "out-pointers are written only on NC_OK");
+    assert_eq!(get_versioned(o.c, b"k"), (Some((b"keep".to_vec(), 5)), v));
+}
+
+#[test]
+fn a_refused_spilled_value_never_reaches_the_allocator() {
+    // The allocator's call is the C caller's hit signal (and its buffer the
+    // caller's to free): a spilled value whose file fails its checksum must
+    // be refused before it is called, in nc_get_many and nc_get alike.
+    let o = open_with("refused", NcOpenOptions { spill_threshold: 4096, ..options(1 << 20) });
+    let value: Vec<u8> = (0..100_000u32).map(|i| (i * 7) as u8).collect();
+    let corrupt = || {
+        let spill = o.dir.join("c.spill");
+        let name: std::path::PathBuf =
+            std::fs::read_dir(&spill).unwrap().next().unwrap().unwrap().path();
+        let mut bytes = std::fs::read(&name).unwrap();
+        bytes[50_000] ^= 0x5a;
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        std::fs::write(&name, &bytes).unwrap();
+    };
+    let keys = [NcBytes { ptr: b"big".as_ptr(), len: 3 }];
+    let mut stored = false;
+    // SAFETY: all pointers valid for their lengths; ctx types match the
+    // allocators.
+    unsafe {
+        let st =
+            nc_store(o.c, b"big".as_ptr(), 3, value.as_ptr(), value.len(), 0, 0, 0, &mut stored);
+        assert_eq!(st, NcStatus::NC_OK);
+        corrupt();
+        let mut out: Vec<Option<(Vec<u8>, u32)>> = vec![None];
+        let ctx = &mut out as *mut _ as *mut c_void;
+        assert_eq!(nc_get_many(o.c, keys.as_ptr(), 1, alloc_at, ctx), NcStatus::NC_OK);
+        assert!(out[0].is_none(), "nc_get_many handed out a refused value");
+
+        let st =
+            nc_store(o.c, b"big".as_ptr(), 3, value.as_ptr(), value.len(), 0, 0, 0, &mut stored);
+        assert_eq!(st, NcStatus::NC_OK);
+        corrupt();
+        let mut got: (Vec<u8>, u32) = (Vec::new(), 0);
+        let mut found = true;
+        let ctx = &mut got as *mut _ as *mut c_void;
+        assert_eq!(nc_get(o.c, b"big".as_ptr(), 3, alloc_vec, ctx, &mut found), NcStatus::NC_OK);
+        assert!(!found);
+        assert!(got.0.is_empty(), "nc_get called the allocator for a refused value");
+    }
+}

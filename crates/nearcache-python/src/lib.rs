@@ -10,7 +10,9 @@
 //! objects that cannot trigger the garbage collector (`bytes`) are
 //! created, so no Python code can run while a shard is locked.
 
-use nearcache_core::{keys, Cache, EntryRef, Error as CoreError, OpenOptions, SetMode, FLAG_INT};
+use nearcache_core::{
+    keys, Cache, CasOutcome, EntryRef, Error as CoreError, OpenOptions, SetMode, FLAG_INT,
+};
 use pyo3::exceptions::{PyKeyError, PyOverflowError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -78,6 +80,7 @@ exceptions! {
     NOT_COUNTER = "NotACounterError" (ours(&ERROR), builtin("TypeError")) : "incr/decr on an entry that does not hold a 64-bit integer.";
     OVERFLOW = "CounterOverflowError" (ours(&ERROR), builtin("OverflowError")) : "incr/decr would overflow a signed 64-bit counter; the value is unchanged.";
     LOCK_TIMEOUT = "ShardLockTimeoutError" (ours(&ERROR), builtin("TimeoutError")) : "A write could not take its shard's lock within the cache's lock timeout: another live process holds it (stopped, traced, dumping core). Nothing was changed; counted in stats()['lock_timeouts'].";
+    CONFLICT = "UpdateConflictError" (ours(&ERROR), builtin("RuntimeError")) : "An update lost its compare-and-swap to other writers of the key too many times in a row and gave up; its last attempt wrote nothing.";
 }
 
 fn raise(py: Python<'_>, cell: &'static PyOnceLock<Py<PyType>>, msg: String) -> PyErr {
@@ -103,7 +106,10 @@ fn to_py(py: Python<'_>, e: CoreError) -> PyErr {
         CoreError::InvalidArgument(_) => raise(py, &INVALID, msg),
         // The engine names its options as Rust writes them.
         CoreError::Io { ref source, .. } => os_error(py, source, msg.replace("=false", "=False")),
-        CoreError::LockTimeout { .. } => raise(py, &LOCK_TIMEOUT, msg),
+        CoreError::LockTimeout { .. } | CoreError::AttachTimeout { .. } => {
+            raise(py, &LOCK_TIMEOUT, msg)
+        }
+        CoreError::TooManyConflicts { .. } => raise(py, &CONFLICT, msg),
     }
 }
 
@@ -421,6 +427,41 @@ impl NativeCache {
                 Ok(if v.is(missing(py)) { None } else { Some(v) })
             }
             (f, _) => decode(py, f),
+        }
+    }
+
+    /// `get_typed(key, default, version=True)`: `(value, version)`, with
+    /// version 0 on a miss. An entry that does not decode (a malformed
+    /// native payload, a decoder's MISSING) reads as `default` with its
+    /// real version, so that a CAS with it can replace the entry.
+    #[cold]
+    fn get_typed_versioned<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        default: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let got = with_key(&self.prefix, key, |k| {
+            self.inner.get_versioned_with(k, |e| fetch(py, e)).or_py(py)
+        })?;
+        let (got, version) = match got {
+            Some((f, v)) => (Some(f), v),
+            None => (None, 0),
+        };
+        let value = self.typed_result(py, got, default)?;
+        Ok(PyTuple::new(py, [value, version.into_pyobject(py)?.into_any()])?.into_any())
+    }
+
+    /// The result of a CAS: `(stored, version)`, the new version if it
+    /// stored, else the version found (0: absent).
+    fn cas_result(
+        &self,
+        py: Python<'_>,
+        r: Result<CasOutcome, CoreError>,
+    ) -> PyResult<(bool, u64)> {
+        match r.or_py(py)? {
+            CasOutcome::Stored(v) => Ok((true, v)),
+            CasOutcome::Conflict(v) => Ok((false, v)),
         }
     }
 
@@ -780,13 +821,17 @@ impl NativeCache {
 
     // ---- typed path
 
-    #[pyo3(signature = (key, default=None))]
+    #[pyo3(signature = (key, default=None, *, version=false))]
     fn get_typed<'py>(
         &self,
         py: Python<'py>,
         key: &Bound<'py, PyAny>,
         default: Option<Bound<'py, PyAny>>,
+        version: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
+        if version {
+            return self.get_typed_versioned(py, key, default);
+        }
         let got =
             with_key(&self.prefix, key, |k| self.inner.get_with(k, |e| fetch(py, e)).or_py(py))?;
         self.typed_result(py, got, default)
@@ -853,6 +898,67 @@ impl NativeCache {
                 self.write_outcome(py, self.inner.delete_if_equals(k, v), false)
             })
         })
+    }
+
+    // ---- versions and compare-and-swap
+
+    /// The raw value, flags and version of `key`, or None.
+    fn get_entry_versioned<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<(Bound<'py, PyBytes>, u32, u64)>> {
+        with_key(&self.prefix, key, |k| {
+            let got = self.inner.get_versioned_with(k, |e| raw_hit(py, &e)).or_py(py)?;
+            got.map(|(hit, v)| hit.map(|(b, f)| (b, f, v))).transpose()
+        })
+    }
+
+    /// Store raw `value` with `flags` only if `key`'s version is `version`
+    /// (0: only if absent); returns `(stored, version)`.
+    #[pyo3(signature = (key, value, version, ttl_ms=None, flags=0))]
+    fn cas(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+        version: u64,
+        ttl_ms: Option<i64>,
+        flags: u32,
+    ) -> PyResult<(bool, u64)> {
+        let ttl = ttl_arg(py, ttl_ms, self.default_ttl_ms)?;
+        with_value(value, |v| {
+            with_key(&self.prefix, key, |k| {
+                self.cas_result(py, self.inner.cas(k, v, flags, ttl, version))
+            })
+        })
+    }
+
+    /// `cas` of a natively stored value (bytes, str, int, float, bool, None).
+    #[pyo3(signature = (key, value, version, ttl_ms=None))]
+    fn cas_typed(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+        version: u64,
+        ttl_ms: Option<i64>,
+    ) -> PyResult<(bool, u64)> {
+        let ttl = ttl_arg(py, ttl_ms, self.default_ttl_ms)?;
+        let (payload, flags) = encode_native(value)?;
+        with_key(&self.prefix, key, |k| {
+            self.cas_result(py, self.inner.cas(k, &payload, flags, ttl, version))
+        })
+    }
+
+    /// Delete `key` only if its version is `version` (0 never matches).
+    fn delete_if_version(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        version: u64,
+    ) -> PyResult<bool> {
+        with_key(&self.prefix, key, |k| self.inner.delete_if_version(k, version).or_py(py))
     }
 
     #[pyo3(signature = (key, ttl_ms=None))]
@@ -1113,6 +1219,14 @@ impl NativeCache {
         let d = std::time::Duration::from_secs_f64(seconds.max(0.0));
         py.detach(|| self.inner.debug_hold_shard_mid_write(&k, d)).or_py(py)
     }
+
+    /// Test hook for the torture harness: sweep the spill directory now,
+    /// sparing files changed less than `grace` seconds ago; returns the
+    /// files removed. Releases the GIL.
+    fn _debug_sweep_spilled(&self, py: Python<'_>, grace: f64) -> PyResult<u64> {
+        let d = std::time::Duration::from_secs_f64(grace.max(0.0));
+        py.detach(|| self.inner.sweep_spilled(d)).map(|r| r.removed).or_py(py)
+    }
 }
 
 /// The typed read of one handle, as `nearcache.Cache.get` (an unsigned
@@ -1130,8 +1244,8 @@ struct Reader {
 impl Reader {
     /// Return the value of `key`, or `default` on a miss.
     ///
-    /// With `version=True`, `(value, version)` from the cache's versioned
-    /// read (`get_versioned`).
+    /// With `version=True`, `(value, version)`: the version names this
+    /// value for a compare-and-swap (`NativeCache.get_typed`'s).
     #[pyo3(signature = (key, default=None, *, version=false))]
     fn get<'py>(
         &self,
@@ -1140,13 +1254,7 @@ impl Reader {
         default: Option<Bound<'py, PyAny>>,
         version: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
-        if version {
-            return self
-                .native
-                .bind(py)
-                .call_method1(pyo3::intern!(py, "get_versioned"), (key, default));
-        }
-        self.native.get().get_typed(py, key, default)
+        self.native.get().get_typed(py, key, default, version)
     }
 
     fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {

@@ -19,6 +19,8 @@ cache serves L1 hits inline.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import timedelta
 from types import TracebackType
@@ -29,7 +31,13 @@ from nearcache.aio._runtime import Offloader
 from nearcache.aio._stores import INLINE_DRIVERS, AsyncStore, InlineStore, ThreadStore, TieredStore
 from nearcache.aio.lock import AsyncLock
 from nearcache.aio.memoize import AsyncMemoized, async_memoize
-from nearcache.cache import Cache
+from nearcache.cache import (
+    DEFAULT_MAX_CONFLICTS,
+    Cache,
+    backoff_seconds,
+    check_max_conflicts,
+    update_conflict,
+)
 from nearcache.drivers.base import TTL, Driver, Key, check_key_collection
 from nearcache.errors import ConfigurationError
 from nearcache.units import Duration
@@ -138,8 +146,15 @@ class AsyncCache:
 
     # -- reads -------------------------------------------------------------------
 
-    async def get(self, key: Key, default: Any = None) -> Any:
-        """The value under ``key``, or ``default`` (a miss, or a tag was invalidated)."""
+    async def get(self, key: Key, default: Any = None, *, version: bool = False) -> Any:
+        """The value under ``key``, or ``default`` (a miss, or a tag was invalidated).
+
+        With ``version=True`` (shared memory only): ``(value, version)``, the
+        version to pass to :meth:`cas` (0 on a miss), as
+        :meth:`nearcache.Cache.get` returns it.
+        """
+        if version:
+            return await self._get_versioned(key, default)
         inline = self._inline_get
         stored = inline(key, _MISS) if inline is not None else await self._store.get(key, _MISS)
         if stored is _MISS:
@@ -183,6 +198,68 @@ class AsyncCache:
             elif _tags.still_valid(tagged[key], current):
                 result[key] = stored[1]
         return result
+
+    # -- read-modify-write (shared memory) ----------------------------------------
+
+    def _shm(self) -> Cache:
+        """The shared-memory cache underneath, for compare-and-swap."""
+        from nearcache.drivers.shm import ShmDriver
+
+        if isinstance(self._driver, ShmDriver):
+            return self._driver.cache
+        raise NotImplementedError(
+            "cas and update need a shared-memory cache underneath; this AsyncCache "
+            f"is over {self._driver.name!r}"
+        )
+
+    async def _get_versioned(self, key: Key, default: Any) -> tuple[Any, int]:
+        stored, version = self._shm().get(key, _MISS, version=True)
+        if stored is _MISS:
+            return default, version
+        if stored.__class__ is list and _tags.is_envelope(stored):
+            # An invalidated tag reads as ``default``, with the entry's
+            # version: a cas with it replaces the stale entry.
+            return await self._check_tags(stored, default), version
+        return stored, version
+
+    async def cas(self, key: Key, value: Any, version: int, *, ttl: TTL = None) -> bool:
+        """Store ``value`` only if ``key`` still has ``version``
+        (:meth:`nearcache.Cache.cas`); return whether it stored."""
+        return self._shm().cas(key, value, version, ttl=ttl)
+
+    async def update(
+        self,
+        key: Key,
+        fn: Callable[[Any], Any],
+        *,
+        default: Any = _MISS,
+        ttl: TTL = None,
+        max_conflicts: int = DEFAULT_MAX_CONFLICTS,
+    ) -> Any:
+        """Atomically replace the value of ``key`` by ``fn(value)``; return the new value.
+
+        As :meth:`nearcache.Cache.update`; ``fn`` may also be a coroutine
+        function.  Between attempts lost to other writers it yields to the
+        event loop.
+        """
+        cache = self._shm()
+        check_max_conflicts(max_conflicts)
+        conflicts = 0
+        while True:
+            value, version = await self._get_versioned(key, _MISS)
+            if value is _MISS:
+                if default is _MISS:
+                    raise KeyError(key)
+                value = default
+            new = fn(value)
+            if inspect.isawaitable(new):
+                new = await new
+            if cache.cas(key, new, version, ttl=ttl):
+                return new
+            conflicts += 1
+            if conflicts >= max_conflicts:
+                raise update_conflict(key, conflicts)
+            await asyncio.sleep(backoff_seconds(conflicts))
 
     async def contains(self, key: Key) -> bool:
         """Whether ``key`` holds a live entry (tags are not checked)."""

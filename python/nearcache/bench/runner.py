@@ -31,7 +31,7 @@ from .report import (
 )
 from .servers import LocalServer, start_errors, started_servers
 from .workloads import default_workloads, get_workload
-from .workloads.base import PROFILES, Profile, Workload
+from .workloads.base import PROFILES, CaseSkipped, Profile, Workload
 
 __all__ = ["RunOptions", "render", "run", "select_backends", "write_outputs"]
 
@@ -54,6 +54,8 @@ class RunOptions:
     print_tables: bool = True
     command: str = "nearcache bench"
     debug: bool = False
+    #: Options of particular workloads (``sizes`` for ``large``), see ``Workload.configure``.
+    workload_options: dict[str, Any] = field(default_factory=dict)
 
 
 def select_backends(names: Sequence[str], exclude: Sequence[str]) -> list[type[Backend]]:
@@ -113,6 +115,8 @@ def run(
     console = console or Console()
     names = list(options.workloads) or default_workloads()
     workloads: list[Workload] = [get_workload(n)(options.profile, options.seed) for n in names]
+    for w in workloads:
+        w.configure(dict(options.workload_options))
     backend_classes = select_backends(options.backends, options.exclude)
     started = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
     t_start = time.perf_counter()
@@ -279,6 +283,8 @@ def _run_workload(
             try:
                 backend = cls(ctx, w.capacity(case), _tag(w.name, case.id, cls.name))
                 cres.measurements.append(w.measure(case, backend))
+            except CaseSkipped as exc:
+                cres.skipped[cls.name] = str(exc)
             except Exception as exc:
                 cres.skipped[cls.name] = f"failed: {_one_line(exc)}"
                 if ctx.options.get("debug"):

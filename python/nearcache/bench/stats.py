@@ -17,6 +17,7 @@ from fractions import Fraction
 __all__ = [
     "PERCENTILES",
     "LatencySummary",
+    "LogHistogram",
     "histogram",
     "median",
     "merge_samples",
@@ -152,3 +153,130 @@ def summarize_latencies(parts: Iterable[Sequence[int]]) -> tuple[LatencySummary,
     """Merge per-process samples and summarize them; also return the pooled samples."""
     pooled = merge_samples(parts)
     return LatencySummary(pooled), pooled
+
+
+class LogHistogram:
+    """Counts of nanosecond durations, for runs too long to keep every sample.
+
+    A fill of a 16 GiB cache is some 70 million sets; their samples would
+    take gigabytes, and the figures that matter (P99.99, max) need every one
+    of them.  Durations below 1,024 ns are counted exactly; above, each power
+    of two is split into 512 buckets, so a bucket is at most 1/512 (0.2%)
+    of its value wide.  The maximum, count and total are exact.  Bucket
+    ``i``: ``i`` itself below 1,024, else ``512 * s + m`` for the duration
+    ``d`` with ``s = d.bit_length() - 10`` and ``m = d >> s`` (512..1023).
+
+    >>> h = LogHistogram()
+    >>> for ns in (100, 200, 300, 5_000_000):
+    ...     h.record(ns)
+    >>> (h.count, h.max_ns, h.percentile(50), h.percentile(100))
+    (4, 5000000, 200, 5000000)
+    >>> abs(h.percentile(99.99) - 5_000_000) <= 5_000_000 // 512
+    True
+    """
+
+    __slots__ = ("count", "counts", "max_ns", "total_ns")
+
+    def __init__(self) -> None:
+        self.counts: dict[int, int] = {}
+        self.count = 0
+        self.total_ns = 0
+        self.max_ns = 0
+
+    @staticmethod
+    def bucket(ns: int) -> int:
+        """The bucket of a duration (negative durations count as 0)."""
+        if ns < 1024:
+            return max(ns, 0)
+        s = ns.bit_length() - 10
+        return (s << 9) + (ns >> s)
+
+    @staticmethod
+    def bounds(bucket: int) -> tuple[int, int]:
+        """The smallest and largest durations of ``bucket``."""
+        if bucket < 1024:
+            return bucket, bucket
+        s = (bucket >> 9) - 1
+        m = bucket - (s << 9)
+        return m << s, ((m + 1) << s) - 1
+
+    def record(self, ns: int) -> None:
+        """Count one duration."""
+        b = self.bucket(ns)
+        counts = self.counts
+        counts[b] = counts.get(b, 0) + 1
+        self.count += 1
+        self.total_ns += ns
+        if ns > self.max_ns:
+            self.max_ns = ns
+
+    def merge(self, other: LogHistogram) -> None:
+        """Add ``other``'s counts to this histogram."""
+        for b, n in other.counts.items():
+            self.counts[b] = self.counts.get(b, 0) + n
+        self.count += other.count
+        self.total_ns += other.total_ns
+        self.max_ns = max(self.max_ns, other.max_ns)
+
+    def percentile(self, pct: float) -> int:
+        """The nearest-rank ``pct`` percentile: the upper bound of the bucket
+        holding the ``ceil(pct / 100 * count)``-th smallest duration (never
+        above the maximum).  0 for an empty histogram."""
+        if not 0.0 <= pct <= 100.0:
+            raise ValueError(f"percentile out of range: {pct}")
+        if self.count == 0:
+            return 0
+        rank = max(1, math.ceil(pct / 100.0 * self.count))
+        seen = 0
+        for b in sorted(self.counts):
+            seen += self.counts[b]
+            if seen >= rank:
+                return min(self.bounds(b)[1], self.max_ns)
+        return self.max_ns
+
+    def to_list(self) -> list[list[int]]:
+        """``[[bucket, count], ...]`` (sorted), the JSON form; see :meth:`from_list`."""
+        return [[b, self.counts[b]] for b in sorted(self.counts)] + [
+            [-1, self.total_ns],
+            [-2, self.max_ns],
+        ]
+
+    def to_text(self) -> str:
+        """:meth:`to_list` as one line, ``"bucket:count ..."`` (compact in indented JSON).
+
+        >>> h = LogHistogram()
+        >>> h.record(7); h.record(7); h.record(2048)
+        >>> h.to_text()
+        '7:2 1536:1 -1:2062 -2:2048'
+        >>> LogHistogram.from_text(h.to_text()).percentile(100)
+        2048
+        """
+        return " ".join(f"{b}:{n}" for b, n in self.to_list())
+
+    @classmethod
+    def from_text(cls, text: str) -> LogHistogram:
+        """The histogram :meth:`to_text` described."""
+        try:
+            pairs = [[int(x) for x in item.split(":")] for item in text.split()]
+        except ValueError:
+            raise ValueError(f"bad histogram text {text[:40]!r}") from None
+        if any(len(p) != 2 for p in pairs):
+            raise ValueError(f"bad histogram text {text[:40]!r}")
+        return cls.from_list(pairs)
+
+    @classmethod
+    def from_list(cls, data: Sequence[Sequence[int]]) -> LogHistogram:
+        """The histogram :meth:`to_list` described."""
+        h = cls()
+        for b, n in data:
+            b, n = int(b), int(n)
+            if b == -1:
+                h.total_ns = n
+            elif b == -2:
+                h.max_ns = n
+            elif b >= 0 and n > 0:
+                h.counts[b] = h.counts.get(b, 0) + n
+                h.count += n
+            else:
+                raise ValueError(f"bad histogram entry {[b, n]}")
+        return h

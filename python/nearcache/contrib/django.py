@@ -98,8 +98,13 @@ from django.utils.decorators import (  # type: ignore[import-untyped]
     decorator_from_middleware_with_args,
 )
 
-from nearcache.cache import Cache
-from nearcache.errors import NotACounterError, SerializationError, ValueTooLargeError
+from nearcache.cache import DEFAULT_MAX_CONFLICTS, Cache, backoff_seconds, update_conflict
+from nearcache.errors import (
+    IncompatibleFileError,
+    NotACounterError,
+    SerializationError,
+    ValueTooLargeError,
+)
 from nearcache.locks import Lock
 from nearcache.units import MAX_TTL_MS, parse_duration
 
@@ -206,6 +211,31 @@ def open_cache(location: str, options: Mapping[str, Any]) -> Cache:
         return entry[0]
 
 
+def incompatible_in_settings(
+    exc: IncompatibleFileError, location: str, options: Mapping[str, Any]
+) -> IncompatibleFileError:
+    """``exc`` (a changed ``OPTIONS["size"]``, a file of another layout) in settings' terms.
+
+    The engine's remedy speaks of ``Cache()`` arguments; a site changed its
+    ``CACHES`` setting.  See :mod:`nearcache._incompatible`.
+    """
+    from nearcache._incompatible import Terms, reworded
+    from nearcache.cache import default_directory
+
+    if "/" in location or location.startswith("~"):
+        path = os.path.expanduser(location)
+    else:
+        path = os.path.join(default_directory(), location or DEFAULT_LOCATION)
+    given = [k for k in ("size", "shards") if options.get(k)]
+    terms = Terms(
+        asked=" and ".join(f'OPTIONS["{k}"] = {options[k]!r}' for k in given),
+        keep="remove " + " and ".join(f'"{k}"' for k in given or ["size"]) + " from OPTIONS",
+        recreate='OPTIONS["recreate"] = True',
+        needs_size="" if options.get("size") else 'an OPTIONS["size"]',
+    )
+    return reworded(exc, path, terms, bool(options.get("allow_foreign_owner")))
+
+
 def _check_options(backend: str, options: Mapping[str, Any], valid: Iterable[str]) -> None:
     """Raise ImproperlyConfigured for OPTIONS the backend does not know."""
     unknown = set(options) - set(valid)
@@ -259,6 +289,8 @@ class NearCache(BaseCache):  # type: ignore[misc]
         _check_options(type(self).__name__, options, CACHE_OPTIONS)
         try:
             return open_cache(location, options)
+        except IncompatibleFileError as exc:
+            raise incompatible_in_settings(exc, location, options) from exc
         except (TypeError, ValueError) as exc:
             raise ImproperlyConfigured(f"invalid nearcache cache {location!r}: {exc}") from exc
 
@@ -564,11 +596,21 @@ class NearCache(BaseCache):  # type: ignore[misc]
                 return value
 
     def _add_and_get(self, key: Any, value: Any, timeout: Any, version: int | None) -> Any:
-        """Django's ``get_or_set`` after the miss: add, then read back what won."""
-        self.add(key, value, timeout=timeout, version=version)
-        # Read again: another caller may have added a value between the first
-        # get() and the add() above.
-        return self.get(key, value, version=version)
+        """Django's ``get_or_set`` after the miss: add, or return what won.
+
+        The result is a value the cache held: ours if the add stored it
+        (read back, as Django's own ``get_or_set`` does, so it is the
+        deserialized copy), else the one another caller added first.  If
+        that one is gone again before it is read (deleted, expired), the add
+        is tried again rather than returning a value that was never stored.
+        """
+        for _ in range(_ADD_TRIES):
+            if self.add(key, value, timeout=timeout, version=version):
+                return self.get(key, value, version=version)
+            current = self.get(key, _MISSING, version=version)
+            if current is not _MISSING:
+                return current
+        return value
 
     def incr(self, key: Any, delta: int = 1, version: int | None = None) -> Any:
         """Add ``delta`` to the number under ``key``; atomic for 64-bit integers.
@@ -583,8 +625,11 @@ class NearCache(BaseCache):  # type: ignore[misc]
             raise ValueError(f"Key '{key}' not found") from None
         except (NotACounterError, OverflowError, TypeError):
             pass
-        # Not a native 64-bit counter (float, bool, big int, None...): get-then-set,
-        # keeping the entry's expiry.
+        # Not a native 64-bit counter (float, bool, big int, a pickled int of
+        # a signed cache...): on shared memory a compare-and-swap loop, so a
+        # concurrent increment is never lost; it keeps the entry's expiry.
+        if isinstance(self._cache, Cache):
+            return _incr_cas(self._cache, key, delta)
         value, left = self._get_with_ttl(key)
         if value is _MISSING:
             raise ValueError(f"Key '{key}' not found")
@@ -756,6 +801,19 @@ def open_tiered(location: str, l1: Any, options: Mapping[str, Any]) -> Any:
         return entry[0]
 
 
+def incompatible_l1(exc: IncompatibleFileError, l1: Any) -> IncompatibleFileError:
+    """``exc`` raised opening the L1 of ``OPTIONS["l1"]``, in settings' terms."""
+    from nearcache._incompatible import Terms, reworded
+
+    terms = Terms(
+        asked=f'OPTIONS["l1"] = {l1!r}',
+        keep='remove "size" and "shards" from OPTIONS["l1"]',
+        recreate='"recreate": True in OPTIONS["l1"] (recreate=1 in a URL)',
+        needs_size="a size in it",
+    )
+    return reworded(exc, "", terms)
+
+
 class TieredNearCache(NearCache):
     """Django cache backend: nearcache on each host (L1) in front of Redis or memcached (L2).
 
@@ -797,6 +855,8 @@ class TieredNearCache(NearCache):
             )
         try:
             return open_tiered(location, l1, options)
+        except IncompatibleFileError as exc:
+            raise incompatible_l1(exc, l1) from exc
         except (TypeError, ValueError) as exc:
             raise ImproperlyConfigured(f"invalid tiered cache {location!r}: {exc}") from exc
 
@@ -808,6 +868,31 @@ class TieredNearCache(NearCache):
         """This host's L1: stampede locks and counters are per host."""
         store = getattr(self._cache.l1, "cache", None)
         return store if isinstance(store, Cache) else None
+
+
+#: Adds a ``get_or_set`` tries while the winner of each vanishes before it is read.
+_ADD_TRIES: Final = 3
+
+
+def _incr_cas(cache: Cache, key: str, delta: int) -> Any:
+    """``incr`` of a value that is not a native counter: read it with its
+    version, add ``delta``, store the sum only if nobody wrote the key
+    meanwhile (else read again), keeping the entry's expiry."""
+    conflicts = 0
+    while True:
+        value, version = cache.get(key, _MISSING, version=True)
+        left = cache.ttl(key)
+        if value is _MISSING or left is None:
+            raise ValueError(f"Key '{key}' not found")
+        new_value = value + delta
+        # The expiry was read after the version: if a touch changed it in
+        # between, it changed the version too, and this CAS fails.
+        if cache.cas(key, new_value, version, ttl=0 if math.isinf(left) else left):
+            return new_value
+        conflicts += 1
+        if conflicts >= DEFAULT_MAX_CONFLICTS:
+            raise update_conflict(key, conflicts)
+        time.sleep(backoff_seconds(conflicts))
 
 
 def _in_thread(method: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:

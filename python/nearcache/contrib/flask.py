@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import os
 from typing import Any
 
 from flask_caching.backends.base import BaseCache
@@ -36,6 +37,7 @@ from nearcache.cache import Cache
 from nearcache.drivers.base import Driver
 from nearcache.errors import (
     ConfigurationError,
+    IncompatibleFileError,
     NotACounterError,
     SerializationError,
     ValueTooLargeError,
@@ -46,6 +48,55 @@ __all__ = ["NearcacheCache"]
 logger = logging.getLogger("nearcache.contrib.flask")
 
 _MISS: Any = object()
+
+
+def incompatible_in_config(
+    exc: IncompatibleFileError,
+    config: dict[str, Any],
+    kwargs: dict[str, Any],
+    options: dict[str, Any],
+) -> IncompatibleFileError:
+    """``exc`` (a changed size, a file of another layout) in the Flask config's terms.
+
+    The engine's remedy speaks of ``Cache()`` arguments; an application
+    changed ``CACHE_NEARCACHE_OPTIONS`` (or ``CACHE_OPTIONS``, or the
+    ``nearcache://`` URL of ``CACHE_NEARCACHE_URL``).  See
+    :mod:`nearcache._incompatible`.
+    """
+    from nearcache._incompatible import Terms, reworded
+
+    url = options.get("url")
+    if url is not None:
+        terms = Terms(
+            asked=f"CACHE_NEARCACHE_URL = {url!r}",
+            keep="remove size= and shards= from the nearcache:// URL of CACHE_NEARCACHE_URL",
+            recreate="recreate=1 in that URL",
+            needs_size="a size= in it",
+        )
+        return reworded(exc, "", terms)
+    ours = config.get("CACHE_NEARCACHE_OPTIONS") or {}
+
+    def key(option: str) -> str:
+        where = (
+            "CACHE_OPTIONS"
+            if option in kwargs and option not in ours
+            else "CACHE_NEARCACHE_OPTIONS"
+        )
+        return f'{where}["{option}"]'
+
+    given = [k for k in ("size", "shards") if options.get(k)]
+    terms = Terms(
+        asked=" and ".join(f"{key(k)} = {options[k]!r}" for k in given),
+        keep="remove " + " and ".join(key(k) for k in given or ["size"]),
+        recreate=f"{key('recreate')} = True",
+        needs_size="" if options.get("size") else 'a CACHE_NEARCACHE_OPTIONS["size"]',
+    )
+    path = options.get("path")
+    if path is None:
+        from nearcache.cache import default_directory
+
+        path = os.path.join(default_directory(), str(options.get("name") or "flask"))
+    return reworded(exc, str(path), terms, bool(options.get("allow_foreign_owner")))
 
 
 class NearcacheCache(BaseCache):
@@ -100,7 +151,10 @@ class NearcacheCache(BaseCache):
             options.setdefault("url", config["CACHE_NEARCACHE_URL"])
         else:
             options.setdefault("name", config.get("CACHE_NEARCACHE_NAME") or "flask")
-        return cls(*args, **options)
+        try:
+            return cls(*args, **options)
+        except IncompatibleFileError as exc:
+            raise incompatible_in_config(exc, config, kwargs, options) from exc
 
     # -- timeouts ------------------------------------------------------------------
 

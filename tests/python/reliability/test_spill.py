@@ -125,3 +125,44 @@ def test_python_types_round_trip_spilled(tmp_path: Path) -> None:
         cache.clear()
         assert cache.stats()["spilled_values"] == 0
         assert _files(tmp_path / "c") == []
+
+
+def _corrupt_spilled(path: Path) -> None:
+    """Flip a byte in the middle of the only spilled file (length kept)."""
+    (name,) = _files(path)
+    spilled = Path(f"{path}.spill") / name
+    data = bytearray(spilled.read_bytes())
+    data[len(data) // 2] ^= 0x5A
+    time.sleep(0.005)
+    spilled.write_bytes(bytes(data))
+
+
+def test_batch_reads_never_return_a_refused_spilled_value(tmp_path: Path) -> None:
+    """get_many, get_many_typed and get_many_map drop a spilled value whose
+    file fails its checksum before anything is built from it."""
+    path = tmp_path / "c"
+    value = _value(1, 200_000)
+    with Cache(path=path, size="1MiB", spill_threshold="16KiB") as cache:
+        native = cache._native
+        calls = {
+            "get_many_map": lambda: native.get_many_map(["bad", "fine"]),
+            "get_many_typed": lambda: native.get_many_typed(["bad", "fine"]),
+            "get_many": lambda: native.get_many(["bad", "fine"]),
+            "Cache.get_many": lambda: cache.get_many(["bad", "fine"]),
+        }
+        cache.set("fine", b"small")
+        for refused, (name, call) in enumerate(calls.items(), start=1):
+            cache.set("bad", value)
+            assert cache.get("bad") == value
+            _corrupt_spilled(path)
+            got = call()
+            if isinstance(got, dict):
+                assert "bad" not in got, f"{name} served a refused value"
+                assert got["fine"] == b"small", name
+            else:
+                first = got[0]
+                assert first is None or not isinstance(first, (bytes, tuple)), (
+                    f"{name} served a refused value: {type(first)}"
+                )
+            assert cache.stats()["spill_refused"] == refused, name
+            assert "bad" not in cache, f"{name}: the refused entry stays"

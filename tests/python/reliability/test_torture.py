@@ -8,10 +8,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from nearcache import _native
+from nearcache import _native, torture
 from nearcache.torture import (
     TortureConfig,
     TortureReport,
@@ -20,6 +21,7 @@ from nearcache.torture import (
     data_key,
     main,
     make_value,
+    owned_key,
     parse_value,
     run,
 )
@@ -96,11 +98,26 @@ def test_short_torture_run_with_kills_finds_no_violation(tmp_path: Path) -> None
         workers=8,
         kill_interval=0.1,
         hold_fraction=0.4,
+        reopen_interval=1.5,
+        zombie_fraction=0.5,
+        zombie_hold=0.3,
+        relative_fraction=0.5,
+        sweep_weight=2.0,
+        nofile_weight=1.0,
+        spill_fraction=0.05,
         directory=str(tmp_path),
         seed=20260522,
     )
     report = run(cfg)
     assert report.violations == 0, report.render()
+    # Every fault of the run happened.
+    faults = report.faults
+    assert faults["reopen_storms"] > 0, faults
+    assert faults["zombie_kills"] > 0, faults
+    assert faults["sweeps"] > 0 and faults["nofile_episodes"] > 0, faults
+    assert faults["nofile_refused_writes"] > 0, faults
+    assert faults["relative_opens"] > 0, faults
+    assert faults["owned_reads"] > 100, faults
     assert report.operations > 1000
     assert report.values_verified > 100
     assert report.kills_random > 0
@@ -187,6 +204,66 @@ def test_planted_faults_are_reported(tmp_path: Path) -> None:
     assert kinds.get("counter went backwards", 0) > 0
     errors = {s.get("error", "") for s in report.violation_samples}
     assert any("foreign" in e for e in errors) and any("checksum" in e for e in errors)
+
+
+def test_a_compare_and_swap_that_ignores_versions_is_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The workers' compare-and-swap increments made blind (a plain set of
+    # what they read plus delta), racing the in-place increments: the lost
+    # updates take counters back below counts their writers saw. The
+    # workers are forked, so they inherit the patch.
+    def blind_cas_incr(self: Any, op: int) -> None:
+        key = counter_key(self.rng.randrange(self.cfg.counters))
+        got = self.cache.get_entry(key)
+        if got is not None and got[1] == _native.FLAG_INT:
+            time.sleep(0.0002)  # widen the window a concurrent incr falls into
+            value = int.from_bytes(got[0], "little", signed=True) + 1
+            self.cache.set(key, value.to_bytes(8, "little", signed=True), None, _native.FLAG_INT)
+
+    monkeypatch.setattr(torture._Worker, "cas_incr", blind_cas_incr)
+    only = ("incr", "cas_incr")
+    # _OP_WEIGHTS covers every operation but the last two (sweep, nofile),
+    # whose weights come from the configuration.
+    named = torture._OP_NAMES[: len(torture._OP_WEIGHTS)]
+    weights = tuple(5 if name in only else 0 for name in named)
+    monkeypatch.setattr(torture, "_OP_WEIGHTS", weights)
+    cfg = TortureConfig(
+        duration=3.0,
+        workers=3,
+        counters=2,
+        kill_interval=0,
+        sweep_weight=0,
+        nofile_weight=0,
+        directory=str(tmp_path),
+    )
+    report = run(cfg)
+    assert report.violation_kinds.get("counter went backwards", 0) > 0, report.render()
+
+
+def _delete_owned(directory: Path, seconds: float) -> None:
+    """Delete the workers' owned keys behind their backs (no reason counted)."""
+    cache = _native.NativeCache(_find_cache(directory), 0, create=False)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for slot in range(3):
+            for i in range(12):
+                cache.delete(owned_key(slot, i))
+        time.sleep(0.002)
+
+
+def test_an_acknowledged_value_that_silently_disappears_is_reported(tmp_path: Path) -> None:
+    saboteur = Child(lambda: _delete_owned(tmp_path, 5.0))
+    cfg = TortureConfig(
+        duration=4.0,
+        workers=3,
+        keys=200,
+        kill_interval=0,
+        reopen_interval=0,
+        directory=str(tmp_path),
+    )
+    report = _detect(cfg, saboteur)
+    assert report.violation_kinds.get("acknowledged value vanished", 0) > 0, report.render()
 
 
 def test_a_stuck_lock_holder_costs_timeouts_not_hangs(tmp_path: Path) -> None:

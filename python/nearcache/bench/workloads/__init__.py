@@ -8,6 +8,7 @@ from .django8proc import Django8proc
 from .e2e import E2e
 from .fastmmap2004 import Fastmmap2004
 from .holding import Holding
+from .large import Large
 from .open_per_request import OpenPerRequest
 from .perl_chi2010 import PerlChi2010
 from .scaling import Scaling
@@ -37,6 +38,7 @@ WORKLOADS: dict[str, type[Workload]] = {
         Scaling,
         ValueSizes,
         E2e,
+        Large,
     )
 }
 WORKLOADS[PerlChi2010.name] = PerlChi2010  # runs when Perl and the built Perl modules are present

@@ -29,6 +29,7 @@ __all__ = [
     "PROFILES",
     "SET",
     "Case",
+    "CaseSkipped",
     "LoopResult",
     "Profile",
     "Workload",
@@ -45,6 +46,14 @@ GET_MISS = 2
 """Operation kind: get of a key never stored (a hit here would be a bug)."""
 
 _CHUNK = 256
+
+
+class CaseSkipped(Exception):
+    """Raised by :meth:`Workload.measure` when a case cannot run on this machine.
+
+    The message is the reason, shown as the skipped cell (not as a failure):
+    e.g. a file larger than the memory the machine has free.
+    """
 
 
 @dataclass(frozen=True)
@@ -209,6 +218,12 @@ class Workload(abc.ABC):
     def __init__(self, profile: Profile, seed: int = 2010) -> None:
         self.profile = profile
         self.rng_seed = seed
+
+    def configure(self, options: dict[str, Any]) -> None:  # noqa: B027 - optional hook
+        """Take workload-specific options of the command line (``--sizes`` ...).
+
+        Called before :meth:`cases`; options a workload does not know are ignored.
+        """
 
     @abc.abstractmethod
     def params(self) -> dict[str, Any]:
