@@ -2,7 +2,7 @@
 .PHONY: help deps build test check rust-test py-test bench bench-engine fmt lint clean
 
 help:
-	@echo "make deps        install Debian packages, build and install nearcache (editable) with test extras"
+	@echo "make deps        install Debian packages and the test extras; build and install nearcache (editable) unless a wheel is installed"
 	@echo "make test        deps + the whole test suite (what CI runs)"
 	@echo "make check       the whole test suite, without installing"
 	@echo "make rust-test   cargo test for the engine"

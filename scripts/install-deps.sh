@@ -33,4 +33,25 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
-python3 -m pip install -q -e ".[test]"
+# A nearcache installed from a wheel (not editable) is what gets tested: only
+# the test extras are added (`make build` or `pip install -e .` tests this
+# checkout instead). Otherwise: an editable install of this checkout.
+installed=$(python3 - <<'PY'
+import json
+from importlib import metadata
+try:
+    dist = metadata.distribution("nearcache")
+except metadata.PackageNotFoundError:
+    print("none")
+else:
+    url = json.loads(dist.read_text("direct_url.json") or "{}")
+    print("editable" if url.get("dir_info", {}).get("editable") else dist.version)
+PY
+)
+case "$installed" in
+    none | editable) python3 -m pip install -q -e ".[test]" ;;
+    *)
+        echo "nearcache $installed is installed from a wheel: testing that install (not this checkout's build); run 'make build' to test the checkout"
+        python3 -m pip install -q "nearcache[test]==$installed"
+        ;;
+esac

@@ -26,7 +26,7 @@ FLAG_USER    16     first flag value the Python layer may use
 """
 
 from collections.abc import Callable, Iterable
-from typing import Final, TypeVar, final
+from typing import Any, Final, TypeVar, final
 
 __all__ = [
     "FLAG_BOOL",
@@ -43,6 +43,7 @@ __all__ = [
     "CacheFullError",
     "CacheNotFoundError",
     "CacheOSError",
+    "ConfigurationError",
     "CorruptFileError",
     "CounterOverflowError",
     "Error",
@@ -54,6 +55,7 @@ __all__ = [
     "NotACounterError",
     "Opener",
     "PermissionDeniedError",
+    "Reader",
     "ShardLockTimeoutError",
     "UpdateConflictError",
     "ValueTooLargeError",
@@ -93,7 +95,10 @@ class InvalidKeyError(Error, ValueError):
 class KeyTypeError(Error, TypeError):
     """A key is not a str, bytes or int (keys are never pickled)."""
 
-class InvalidArgumentError(Error, ValueError):
+class ConfigurationError(Error, ValueError):
+    """An option given to :class:`nearcache.Cache` (or a decorator) is invalid."""
+
+class InvalidArgumentError(ConfigurationError):
     """An argument is outside its documented range (size, shards, TTL)."""
 
 class CacheOSError(Error, OSError):
@@ -336,6 +341,7 @@ class Opener:
         spill_budget: int | None = None,
         size_if_missing: int = 0,
         fs_reserve: int | None = None,
+        reduce_get: tuple[Callable[..., object], tuple[object, ...]] | None = None,
     ) -> Opener:
         """The options of ``NativeCache(path, size, shards, ...)``, but
         ``recreate`` and ``create``, which each open takes.
@@ -343,6 +349,7 @@ class Opener:
         With ``size=0`` and ``size_if_missing`` > 0, an open first opens an
         existing file as it is (as ``create=False`` does) and, if there is
         none and ``create`` is true, creates one of ``size_if_missing`` bytes.
+        ``reduce_get`` is what the ``get`` of :meth:`open_get` pickles as.
         """
 
     @property
@@ -350,6 +357,23 @@ class Opener:
     def open(self, recreate: bool = False, create: bool = True) -> NativeCache:
         """A new handle on the file, opened as ``NativeCache(...)`` with these
         options and ``recreate``/``create`` opens it."""
+    def open_get(
+        self, recreate: bool = False, create: bool = True
+    ) -> tuple[NativeCache, Callable[..., Any]]:
+        """:meth:`open`, and the new handle's typed get (a :class:`Reader`'s
+        bound ``get``), which pickles as ``reduce_get``."""
+
+@final
+class Reader:
+    """The typed read of one handle: ``nearcache.Cache.get`` of an unsigned
+    cache is this class's bound ``get``."""
+
+    def get(self, key: _Key, default: object = None, *, version: bool = False) -> Any:
+        """Return the value of ``key``, or ``default`` on a miss.
+
+        With ``version=True``, ``(value, version)``: the version names this
+        value for a compare-and-swap (as ``NativeCache.get_typed``)."""
+    def __reduce__(self) -> tuple[Callable[..., object], tuple[object, ...]]: ...
 
 MISSING: Final[object]
 

@@ -224,9 +224,11 @@ class _Prepared:
         "direct_types",
         "name",
         "open",
+        "open_get",
         "options",
         "prefix",
         "signed",
+        "size",
     )
 
     def __init__(
@@ -238,7 +240,9 @@ class _Prepared:
         counters: _DecodeCounters,
         direct_types: frozenset[Any],
         open: Callable[[bool, bool], _native.NativeCache],
+        open_get: Callable[[bool, bool], tuple[_native.NativeCache, Callable[..., Any]]],
         closed: _ClosedEngine,
+        size: int | None,
     ) -> None:
         self.name = name
         self.codec = codec
@@ -248,6 +252,10 @@ class _Prepared:
         self.counters = counters
         self.direct_types = direct_types
         self.open = open
+        #: ``open``, and the typed get of the handle (pickles as the cache's get).
+        self.open_get = open_get
+        #: The size asked for (None: the file's own).
+        self.size = size
         #: What a closed Cache has for engine (one per file: it holds its path).
         self.closed = closed
 
@@ -419,6 +427,7 @@ def _prepare(
         spill_budget=spill_budget_bytes,
         size_if_missing=DEFAULT_SIZE if size_bytes is None else 0,
         fs_reserve=fs_reserve_bytes,
+        reduce_get=(_reopen_get, (dict(options),)),
     )
     return _Prepared(
         name,
@@ -428,7 +437,9 @@ def _prepare(
         counters,
         direct_types,
         opener.open,
+        opener.open_get,
         _ClosedEngine(file_path),
+        size_bytes,
     )
 
 
@@ -556,12 +567,15 @@ class Cache(PolicyMethods):
         ):
             self.__class__ = _signed_class(self, prepared.signed)
         self._prepared = prepared
-        self._native = native = prepared.open(recreate, create)
-        if not prepared.signed:
-            # The hot read path is the engine's method itself: no Python
-            # frame between the caller and the shared memory.  (pop too, but
-            # bound when first used: see _EngineMethod.)
-            self.get = native.get_typed  # type: ignore[method-assign,assignment]
+        if prepared.signed:
+            self._native = prepared.open(recreate, create)
+        else:
+            # The hot read path is the engine's own typed get (a bound method
+            # of a _native.Reader): no Python frame between the caller and
+            # the shared memory; it pickles as this cache's get, and its
+            # errors name get.  (pop is the engine's too, but bound when
+            # first used: see _EngineMethod.)
+            self._native, self.get = prepared.open_get(recreate, create)  # type: ignore[method-assign]
 
     # The other paths are a couple of Python operations around one call of
     # the engine's method (self._native.method(...): cheaper than keeping
@@ -673,8 +687,9 @@ class Cache(PolicyMethods):
         >>> c.clear()
         """
         # Unsigned caches replace this method on the instance by the engine's
-        # own typed get (same signature and result), which decodes native
-        # types itself and calls this cache's decoder for the rest.
+        # own typed get (same signature and result, _native.Reader.get),
+        # which decodes native types itself and calls this cache's decoder
+        # for the rest.
         return self._native.get_typed(key, default, version=version)
 
     def __getitem__(self, key: Key) -> Any:
@@ -1140,9 +1155,14 @@ class Cache(PolicyMethods):
     def __repr__(self) -> str:
         if self._native.closed:
             return f"<{type(self).__name__} {self.name!r} closed>"
+        # The size asked for: the file is a little smaller (its header and
+        # whole pages per shard come out of it).  Opened without one, the
+        # file's size, in the largest unit that keeps it exact to 0.1.
+        asked = self._prepared.size
+        size = format_size(asked) if asked else _approx_size(self.capacity)
         return (
             f"<{type(self).__name__} {self.name!r} path={self.path!r} "
-            f"size={format_size(self.capacity)!r} shards={self.shard_count}>"
+            f"size={size!r} shards={self.shard_count}>"
         )
 
     def __reduce__(self) -> tuple[Callable[..., Cache], tuple[dict[str, Any]]]:
@@ -1257,5 +1277,25 @@ def backoff_seconds(conflicts: int) -> float:
 
 
 def _reopen(options: dict[str, Any]) -> Cache:
+    options = dict(options)
     path = options.pop("path")
     return Cache(path=path, **options)
+
+
+def _reopen_get(options: dict[str, Any]) -> _native.Reader:
+    """What an unsigned cache's ``get`` pickles as: the same file reopened in
+    the unpickling process, and its get's reader (``getattr(reader, "get")``
+    completes the method)."""
+    get = _reopen(options).get
+    reader: _native.Reader = get.__self__  # type: ignore[attr-defined]
+    return reader
+
+
+def _approx_size(n: int) -> str:
+    """``268435456`` -> ``'256 MiB'``, ``267915264`` -> ``'255.5 MiB'``: the
+    largest binary unit below ``n``, with one decimal unless exact."""
+    for exponent, unit in ((4, "TiB"), (3, "GiB"), (2, "MiB"), (1, "KiB")):
+        factor = 1024**exponent
+        if n >= factor:
+            return f"{n // factor} {unit}" if n % factor == 0 else f"{n / factor:.1f} {unit}"
+    return f"{n} B"

@@ -2,11 +2,20 @@
 
 ::
 
-    nearcache bench [WORKLOAD ...] [--quick] [--json FILE] [--markdown FILE] [--plot DIR]
-                    [--redis URL] [--memcached HOST:PORT] [--start-servers]
-                    [--backends NAME,...] [--exclude NAME,...] [--sizes SIZE,...]
+    nearcache --version
+    nearcache bench [WORKLOAD ...] [--quick] [--out DIR | --no-save] [--json FILE]
+                    [--markdown FILE] [--plot DIR] [--redis URL] [--memcached HOST:PORT]
+                    [--start-servers] [--backends NAME,...] [--exclude NAME,...]
+                    [--sizes SIZE,...]
     nearcache bench --list              workloads and backends, and why some would be skipped
     nearcache bench --load FILE         re-render a saved JSON result (tables, --markdown, --plot)
+    nearcache ls [--json]               this user's caches: size, memory, entries, hit ratio
+    nearcache get NAME KEY [--unpickle] a value, shown safely (pickles only with --unpickle)
+    nearcache set NAME KEY VALUE [--ttl T] [--int-value]
+    nearcache delete NAME KEY...
+    nearcache keys NAME [--limit N]     live keys (get/set/delete/keys take --prefix P)
+    nearcache inspect NAME [--json]     per-shard fill, evictions, compactions, spilled files
+    nearcache top NAME [--interval S] [--once | --iterations N]   live counters
     nearcache stats NAME|PATH [--json|--prometheus]  a cache's counters
     nearcache clear NAME|PATH           remove every entry of a cache
     nearcache info NAME|PATH [--check]  a cache file's geometry (and a consistency check)
@@ -20,6 +29,8 @@
 from __future__ import annotations
 
 import argparse
+import datetime
+import difflib
 import json
 import os
 import shlex
@@ -27,9 +38,12 @@ import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
-__all__ = ["build_parser", "main"]
+__all__ = ["QUICK_TIME", "build_parser", "main", "version_text"]
+
+#: What ``--quick`` takes, as its help says (measured: see the CHANGELOG).
+QUICK_TIME = "about 70 s of measuring on 2 idle cores, then the charts (--no-save: none)"
 
 
 def _csv(value: str) -> list[str]:
@@ -43,27 +57,85 @@ def _host_port(value: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def version_text() -> str:
+    """``nearcache --version``: the package, the file layout it reads, and Python."""
+    from nearcache import __version__
+    from nearcache._native import LAYOUT_VERSION
+
+    return (
+        f"nearcache {__version__} (file layout {LAYOUT_VERSION}, Python {sys.version.split()[0]})"
+    )
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors suggest the closest option."""
+
+    def error(self, message: str) -> NoReturn:
+        if message.startswith("unrecognized arguments:"):
+            options = [o for a in self._actions for o in a.option_strings]
+            hints = []
+            for arg in message.split(":", 1)[1].split():
+                close = difflib.get_close_matches(arg.split("=")[0], options, n=1)
+                if arg.startswith("-") and close:
+                    hints.append(f"{arg}: did you mean {close[0]}?")
+            if hints:
+                message = f"{message} ({'; '.join(hints)})"
+        super().error(message)
+
+
+def _workload_help() -> tuple[str, str]:
+    from .bench.workloads import WORKLOADS, default_workloads
+
+    default = default_workloads()
+    named = [n for n in WORKLOADS if n not in default]
+    return ", ".join(default), ", ".join(named)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``nearcache`` command."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="nearcache", description="nearcache: a multi-process shared-memory cache."
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser.add_argument(
+        "--version", action="version", version=version_text(), help="print the version and exit"
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
 
+    default, named = _workload_help()
     bench = sub.add_parser(
         "bench",
         help="run the benchmark studies against nearcache and its peers",
         description=(
             "Rerun the seed benchmark studies side by side with every peer that is installed. "
-            "With no arguments: every workload, no servers, no network, 10-15 minutes on 2 cores."
+            f"With no WORKLOAD: {default} (no servers, no network; 10-15 minutes on 2 idle "
+            f"cores). {named} run only when named. Results are saved into a dated folder "
+            "(see --out)."
         ),
     )
-    bench.add_argument("workloads", nargs="*", metavar="WORKLOAD", help="workloads to run (all)")
+    bench.add_argument(
+        "workloads",
+        nargs="*",
+        metavar="WORKLOAD",
+        help=f"workloads to run (default: {default}; only when named: {named})",
+    )
     speed = bench.add_mutually_exclusive_group()
-    speed.add_argument("--quick", action="store_true", help="short runs (under a minute)")
+    speed.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"short runs: {QUICK_TIME}; one workload takes seconds",
+    )
     speed.add_argument("--profile", choices=("tiny", "quick", "default"), help=argparse.SUPPRESS)
     bench.add_argument("--repeats", type=int, help="timed repeats per figure (median reported)")
+    save = bench.add_mutually_exclusive_group()
+    save.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="save results.json, results.md and the charts into DIR "
+        "(default: nearcache-bench/<date>_<time> under the current directory)",
+    )
+    save.add_argument("--no-save", action="store_true", help="save nothing unless asked below")
     bench.add_argument("--json", type=Path, metavar="FILE", help="write every figure as JSON")
     bench.add_argument("--markdown", type=Path, metavar="FILE", help="write the tables as Markdown")
     bench.add_argument("--plot", type=Path, metavar="DIR", help="write PNG charts into DIR")
@@ -114,6 +186,47 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--no-progress", action="store_true", help="no progress bar")
     bench.add_argument("--debug", action="store_true", help="print tracebacks of failed backends")
 
+    ls = sub.add_parser("ls", help="this user's caches: size, memory, entries, hit ratio")
+    ls.add_argument("--dir", metavar="DIR", help="look in DIR (default: where names live)")
+    ls.add_argument("--json", action="store_true", help="print JSON")
+
+    def keyed(cmd: str, help: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(cmd, help=help)
+        p.add_argument("name", metavar="NAME|PATH")
+        p.add_argument("--prefix", default="", help="the cache's key namespace (Cache(prefix=))")
+        kind = p.add_mutually_exclusive_group()
+        kind.add_argument("--int", action="store_true", help="keys are ints")
+        kind.add_argument("--bytes", action="store_true", help=r"keys are bytes (\x00 escapes)")
+        return p
+
+    get = keyed("get", "print one value, shown safely")
+    get.add_argument("key", metavar="KEY")
+    get.add_argument(
+        "--unpickle", action="store_true", help="unpickle pickled values (runs code from the file)"
+    )
+    set_ = keyed("set", "store a str (or int) value")
+    set_.add_argument("key", metavar="KEY")
+    set_.add_argument("value", metavar="VALUE")
+    set_.add_argument("--ttl", help="time to live: seconds or '5m', '1h'... (default: the cache's)")
+    set_.add_argument("--int-value", action="store_true", help="store VALUE as an int")
+    delete = keyed("delete", "remove keys")
+    delete.add_argument("keys", nargs="+", metavar="KEY")
+    keys = keyed("keys", "list the live keys, sorted")
+    keys.add_argument("--limit", type=int, metavar="N", help="print at most N keys")
+
+    inspect = sub.add_parser("inspect", help="per-shard fill, evictions, compactions, spills")
+    inspect.add_argument("name", metavar="NAME|PATH")
+    inspect.add_argument("--json", action="store_true", help="print JSON")
+
+    top = sub.add_parser("top", help="live view of a cache's counters (like top)")
+    top.add_argument("name", metavar="NAME|PATH")
+    top.add_argument(
+        "--interval", type=float, default=1.0, metavar="S", help="refresh period (1 s)"
+    )
+    once = top.add_mutually_exclusive_group()
+    once.add_argument("--once", action="store_true", help="print one view (over one interval)")
+    once.add_argument("--iterations", type=int, metavar="N", help="stop after N refreshes")
+
     stats = sub.add_parser("stats", help="print a cache's counters")
     stats.add_argument("name", metavar="NAME|PATH")
     stats.add_argument("--json", action="store_true", help="print JSON")
@@ -144,17 +257,43 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .tiered.faults import main as faults_main
 
         return faults_main(args_list[1:])
-    args = build_parser().parse_args(args_list)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(args_list)
+    if extra:
+        # The subcommand's usage, not the top-level one, for its own options.
+        sub = _subparser(parser, args.command)
+        (sub or parser).error(f"unrecognized arguments: {' '.join(extra)}")
+    from . import tools
+
+    commands = {
+        "ls": tools.main_ls,
+        "get": tools.main_get,
+        "set": tools.main_set,
+        "delete": tools.main_delete,
+        "keys": tools.main_keys,
+        "inspect": tools.main_inspect,
+        "top": tools.main_top,
+        "stats": _stats,
+        "clear": _clear,
+        "info": _info,
+    }
     try:
         if args.command == "bench":
             return _bench(args, args_list)
-        if args.command == "stats":
-            return _stats(args)
-        if args.command == "clear":
-            return _clear(args)
-        return _info(args)
+        try:
+            return commands[args.command](args)
+        except (OSError, ValueError, TypeError) as exc:
+            return _fail(exc)
     except KeyboardInterrupt:
         return 130
+
+
+def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser | None:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            found: argparse.ArgumentParser | None = action.choices.get(name)
+            return found
+    return None
 
 
 # -- bench -------------------------------------------------------------------------
@@ -169,8 +308,9 @@ def _bench(args: argparse.Namespace, argv: list[str]) -> int:
     from .bench.model import BenchResult
     from .bench.workloads import PROFILES, WORKLOADS
 
-    # Wide tables stay readable in logs; a terminal keeps its own width.
-    console = Console(width=None if sys.stdout.isatty() else 200)
+    # A terminal keeps its own width (tables that do not fit are split or
+    # stacked, never cut); logs get COLUMNS, or 200.
+    console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 200)
     err = Console(stderr=True)
     if args.list:
         console.print("[bold]workloads[/bold]")
@@ -196,13 +336,18 @@ def _bench(args: argparse.Namespace, argv: list[str]) -> int:
     if args.load is not None:
         result = BenchResult.load(args.load)
         tables = runner.render(result)
-        from .bench.report import print_tables
+        from .bench.report import print_tables, terminal_header
 
+        for line in terminal_header(result):
+            console.print(line, highlight=False)
+        console.print()
         for w in result.workloads:
             console.rule(f"{w.name}: {w.title}")
             print_tables(console, tables.get(w.name, []))
         for path in runner.write_outputs(result, tables, args.json, args.markdown, args.plot):
             err.print(f"wrote {path}", highlight=False)
+        if args.out is not None:
+            _save_run(result, tables, args.out, err)
         return 0
 
     if (args.trace or args.real_traces) and not args.workloads:
@@ -265,8 +410,45 @@ def _bench(args: argparse.Namespace, argv: list[str]) -> int:
         return 2
     for path in runner.write_outputs(result, tables, args.json, args.markdown, args.plot):
         err.print(f"wrote {path}", highlight=False)
+    if not args.no_save:
+        out = args.out or _dated_folder(Path("nearcache-bench"), result.started)
+        _save_run(result, tables, out, err)
     err.print(f"done in {result.duration_s:.0f} s", highlight=False)
     return 0
+
+
+def _dated_folder(base: Path, started: str) -> Path:
+    """``base/2026-11-26_074912`` from a result's start time (a suffix if taken)."""
+    try:
+        when = datetime.datetime.fromisoformat(started)
+    except ValueError:
+        when = datetime.datetime.now(datetime.timezone.utc)
+    folder = base / f"{when:%Y-%m-%d_%H%M%S}"
+    n = 2
+    while folder.exists():
+        folder = base / f"{when:%Y-%m-%d_%H%M%S}-{n}"
+        n += 1
+    return folder
+
+
+def _save_run(result: Any, tables: Any, out: Path, err: Any) -> None:
+    """Save results.json, results.md and the charts into ``out``; say where."""
+    from .bench import runner
+    from .bench.plots import matplotlib_missing
+
+    out.mkdir(parents=True, exist_ok=True)
+    missing = matplotlib_missing()
+    written = runner.write_outputs(
+        result, tables, out / "results.json", out / "results.md", None if missing else out
+    )
+    charts = [p.name for p in written if p.suffix == ".png"]
+    err.print(f"saved in {out}/", highlight=False)
+    err.print(
+        "  results.json, results.md"
+        + "".join(f", {name}" for name in charts)
+        + (f" (no charts: {missing}; pip install 'nearcache[bench]')" if missing else ""),
+        highlight=False,
+    )
 
 
 # -- stats / clear / info ------------------------------------------------------------

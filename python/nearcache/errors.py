@@ -9,11 +9,11 @@ code written for those keeps working::
     ├── ValueTooLargeError        (ValueError) the entry cannot fit; nothing changed
     ├── InvalidKeyError           (ValueError) empty key, or longer than MAX_KEY_LEN
     ├── KeyTypeError              (TypeError) a key that is not str, bytes or int
-    ├── InvalidArgumentError      (ValueError) an engine argument out of range
     ├── NotACounterError          (TypeError) incr/decr on a non-integer entry
     ├── CounterOverflowError      (OverflowError) incr/decr past 64 bits; value kept
     ├── SerializationError        (TypeError) the serializer cannot encode the value
-    ├── ConfigurationError        (ValueError) invalid option given to Cache()
+    ├── ConfigurationError        (ValueError) an invalid option (Cache(), memoize...)
+    │   └── InvalidArgumentError  an engine argument out of range (size, shards...)
     ├── IncompatibleFileError     the file exists with other size/shards/layout
     ├── CorruptFileError          the file fails its consistency checks
     ├── PermissionDeniedError     (PermissionError) foreign owner, symlink, bad mode
@@ -36,6 +36,8 @@ is too large leaves the previous value for that key in place.
 >>> import nearcache
 >>> issubclass(nearcache.ValueTooLargeError, (nearcache.Error, ValueError))
 True
+>>> issubclass(nearcache.InvalidArgumentError, nearcache.ConfigurationError)
+True
 >>> try:
 ...     raise LockTimeoutError("busy")
 ... except TimeoutError as exc:
@@ -50,6 +52,7 @@ from nearcache._native import (
     CacheFullError,
     CacheNotFoundError,
     CacheOSError,
+    ConfigurationError,
     CorruptFileError,
     CounterOverflowError,
     Error,
@@ -107,10 +110,6 @@ class SerializationError(Error, TypeError):
     The cache is left unchanged: the previous value of the key, if any, stays.
     The original exception is chained as ``__cause__``.
     """
-
-
-class ConfigurationError(Error, ValueError):
-    """An option given to :class:`nearcache.Cache` (or a decorator) is invalid."""
 
 
 class LockError(Error):

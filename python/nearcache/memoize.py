@@ -125,7 +125,7 @@ from nearcache.stampede import (
     refresh_steps,
 )
 from nearcache.steps import Call, Spawn, run, run_async
-from nearcache.units import Duration
+from nearcache.units import Duration, ttl_to_ms
 
 __all__ = [
     "MEMOIZE_NAMESPACE",
@@ -284,6 +284,7 @@ def memoize(
 
     if not callable(getattr(cache, "keys", None)) or not hasattr(cache, "add"):
         raise TypeError(f"memoize needs a nearcache Cache or driver, not {type(cache).__name__}")
+    ttl_to_ms(ttl)  # a malformed ttl fails here (ConfigurationError), not at decoration
 
     if tags is not None and not callable(tags):
         check_tags(tags)  # a bare str fails here, at decoration time

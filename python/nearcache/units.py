@@ -57,7 +57,8 @@ of :class:`nearcache.Cache`:
   rounded to the nearest millisecond, and never below 1 ms, so a tiny
   positive TTL can never turn into "never expires";
 * negative values, NaN, infinities and booleans are rejected with
-  :class:`ValueError` / :class:`TypeError`.
+  :class:`~nearcache.ConfigurationError` (a :class:`ValueError`) /
+  :class:`TypeError`.
 
 >>> ttl_to_ms(None) is None
 True
@@ -82,6 +83,8 @@ import re
 import time
 from datetime import datetime, timedelta
 from typing import Final, TypeAlias
+
+from nearcache.errors import ConfigurationError
 
 __all__ = [
     "MAX_TTL_MS",
@@ -144,7 +147,8 @@ def parse_size(value: Size) -> int:
     """Return the number of bytes ``value`` denotes (see the module docs).
 
     Raises :class:`TypeError` for other types (``bool`` included) and
-    :class:`ValueError` for a malformed string or a size that is not positive.
+    :class:`~nearcache.ConfigurationError` (a :class:`ValueError`) for a
+    malformed string or a size that is not positive.
 
     >>> parse_size(4096)
     4096
@@ -153,30 +157,32 @@ def parse_size(value: Size) -> int:
     >>> parse_size("0")
     Traceback (most recent call last):
     ...
-    ValueError: size must be positive, got '0'
+    nearcache.ConfigurationError: size must be positive, got '0'
     """
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise TypeError(f"size must be an int or a string like '64MiB', got {value!r}")
     if isinstance(value, int):
         if value <= 0:
-            raise ValueError(f"size must be positive, got {value!r}")
+            raise ConfigurationError(f"size must be positive, got {value!r}")
         return value
     match = _SIZE_RE.match(value)
     if match is None:
-        raise ValueError(
+        raise ConfigurationError(
             f"cannot parse size {value!r}: expected a number and an optional unit "
             f"such as 'B', 'KiB', 'MiB', 'GiB', 'K', 'M', 'G', 'kB', 'MB', 'GB' ({SIZE_UNITS_HELP})"
         )
     number, letter, binary, byte = match.groups()
     letter = letter.lower()
     if binary and not letter:
-        raise ValueError(f"cannot parse size {value!r}: 'i' needs a unit letter, as in 'MiB'")
+        raise ConfigurationError(
+            f"cannot parse size {value!r}: 'i' needs a unit letter, as in 'MiB'"
+        )
     exponent = _EXPONENT[letter]
     # "M"/"MiB" are binary; "MB" (a unit letter followed by B without i) is SI.
     base = 1000 if (letter and byte and not binary) else 1024
     size = int(float(number) * base**exponent) if "." in number else int(number) * base**exponent
     if size <= 0:
-        raise ValueError(f"size must be positive, got {value!r}")
+        raise ConfigurationError(f"size must be positive, got {value!r}")
     return size
 
 
@@ -224,9 +230,11 @@ def parse_duration(value: Duration) -> float:
             f"such as '5m', got {type(value).__name__}"
         )
     if math.isnan(seconds) or math.isinf(seconds):
-        raise ValueError(f"a duration must be finite, got {value!r} (use 0 for 'never expires')")
+        raise ConfigurationError(
+            f"a duration must be finite, got {value!r} (use 0 for 'never expires')"
+        )
     if seconds < 0:
-        raise ValueError(f"a duration cannot be negative, got {value!r}")
+        raise ConfigurationError(f"a duration cannot be negative, got {value!r}")
     return seconds
 
 
@@ -244,7 +252,7 @@ def _parse_duration_string(text: str) -> float:
         total += float(number) * (_DURATION_UNIT[unit.lower()] if unit else 1.0)
         position = match.end()
     if not stripped or position != len(stripped):
-        raise ValueError(
+        raise ConfigurationError(
             f"cannot parse duration {text!r}: expected seconds or parts like "
             "'250ms', '30s', '5m', '5 min', '2h', '1 hour', '1d', '1w'"
         )
@@ -259,7 +267,7 @@ def ttl_to_ms(ttl: Duration | None) -> int | None:
     >>> ttl_to_ms(-1)
     Traceback (most recent call last):
     ...
-    ValueError: a duration cannot be negative, got -1
+    nearcache.ConfigurationError: a duration cannot be negative, got -1
     """
     if ttl is None:
         return None
@@ -268,7 +276,7 @@ def ttl_to_ms(ttl: Duration | None) -> int | None:
     if isinstance(ttl, timedelta):
         exact_us = (ttl.days * 86400 + ttl.seconds) * 1_000_000 + ttl.microseconds
         if exact_us < 0:
-            raise ValueError(f"a duration cannot be negative, got {ttl!r}")
+            raise ConfigurationError(f"a duration cannot be negative, got {ttl!r}")
         ms = (exact_us + 500) // 1000
         if ms == 0 and exact_us > 0:
             ms = 1
@@ -278,7 +286,7 @@ def ttl_to_ms(ttl: Duration | None) -> int | None:
         if ms == 0 and seconds > 0:
             ms = 1
     if ms > MAX_TTL_MS:
-        raise ValueError(f"TTL too large: {ttl!r}")
+        raise ConfigurationError(f"TTL too large: {ttl!r}")
     return ms
 
 
@@ -328,7 +336,7 @@ def jittered_ttl(ttl: float, jitter: float) -> float:
     True
     """
     if not 0 <= jitter < 1:
-        raise ValueError(f"jitter must be a fraction in [0, 1), got {jitter!r}")
+        raise ConfigurationError(f"jitter must be a fraction in [0, 1), got {jitter!r}")
     if not ttl or not jitter:
         return ttl
     return ttl * (1.0 - jitter * random.random())

@@ -120,10 +120,25 @@ def test_properties_and_repr(make_cache: Callable[..., Cache]) -> None:
     assert c.prefix == b"p:"
     assert c.serializer.name == "json"
     assert 0 < c.max_entry_size < c.capacity
-    assert repr(c) == f"<Cache 'c' path={c.path!r} size={format_size(c.capacity)!r} shards=4>"
+    # The size asked for, not the file's (a little smaller: header, whole pages).
+    assert c.capacity < 2 << 20
+    assert repr(c) == f"<Cache 'c' path={c.path!r} size='2 MiB' shards=4>"
+    # Opened without a size: the file's, to 0.1 of its unit.
+    again = Cache(path=c.path)
+    assert (
+        repr(again) == f"<Cache 'c' path={c.path!r} size='{c.capacity / 2**20:.1f} MiB' shards=4>"
+    )
+    again.close()
     c.close()
     assert c.closed
     assert repr(c) == "<Cache 'c' closed>"
+
+
+def test_repr_of_256_mib_says_256_mib(tmp_path: Path) -> None:
+    with Cache(path=tmp_path / "big", size="256MiB") as c:
+        assert "size='256 MiB'" in repr(c)
+    with Cache(path=tmp_path / "exact", size=format_size(1 << 20)) as c:
+        assert "size='1 MiB'" in repr(c)
 
 
 def test_closed_cache_raises(make_cache: Callable[..., Cache]) -> None:
@@ -152,6 +167,50 @@ def test_pickling_reopens_the_same_file(make_cache: Callable[..., Cache]) -> Non
         assert clone.default_ttl == 60
     finally:
         clone.close()
+
+
+def test_get_pickles_as_the_same_cache_get(make_cache: Callable[..., Cache]) -> None:
+    c = make_cache(prefix="ns:", serializer="json")
+    c.set("k", {"a": [1, 2]})
+    get = pickle.loads(pickle.dumps(c.get))
+    assert get("k") == {"a": [1, 2]}
+    assert get("missing", 7) == 7
+    c.set("k", "changed")  # the same file: the copy sees writes
+    assert get("k") == "changed"
+    assert get.__name__ == "get"
+
+
+def test_get_runs_in_a_pool(make_cache: Callable[..., Cache]) -> None:
+    import multiprocessing
+
+    c = make_cache()
+    c.set("k", [1, {"b": 2}])
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        assert pool.apply(c.get, ("k",)) == [1, {"b": 2}]
+        assert pool.apply(c.get, ("nope", "dflt")) == "dflt"
+
+
+def test_get_has_a_docstring_and_errors_name_it(cache: Cache) -> None:
+    assert cache.get.__doc__ and "default" in cache.get.__doc__
+    with pytest.raises(TypeError, match=r"\bget\(\) missing 1 required positional argument: 'key'"):
+        cache.get()  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match=r"\bget\(\) got an unexpected keyword argument 'dflt'"):
+        cache.get("k", dflt=1)  # type: ignore[call-arg]
+    assert cache.get("k", version=False) is None
+    # Versioned reads go through the same method, pickled or not.
+    cache.set("k", [1])
+    value, version = cache.get("k", version=True)
+    assert value == [1] and version > 0
+    assert pickle.loads(pickle.dumps(cache.get))("k", version=True) == ([1], version)
+
+
+def test_signed_cache_get_pickles_too(tmp_path: Path) -> None:
+    c = Cache(path=tmp_path / "signed", size="1MiB", signing_key=b"k" * 32)
+    c.set("x", [1])
+    try:
+        assert pickle.loads(pickle.dumps(c.get))("x") == [1]
+    finally:
+        c.close()
 
 
 # -------------------------------------------------------------------------- values

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,6 +18,7 @@ NATIVE = [
     "ValueTooLargeError",
     "InvalidKeyError",
     "InvalidArgumentError",
+    "ConfigurationError",
     "CacheOSError",
     "IncompatibleFileError",
     "CorruptFileError",
@@ -103,3 +106,70 @@ def test_bad_input_never_drops_data(cache: Cache) -> None:
             attempt()
     assert cache.get_many(["s", "n", "o"]) == snapshot
     assert len(cache) == 3
+
+
+# -- errors as the guide states them ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "words"),
+    [
+        ({"shards": 3}, "power of two"),
+        ({"size": 100}, "below the minimum"),
+        ({"size": "nonsense"}, "cannot parse size"),
+        ({"ttl": "x"}, "cannot parse duration"),
+        ({"serializer": "nope"}, "unknown serializer"),
+    ],
+)
+def test_invalid_options_raise_configuration_error(
+    tmp_path: Path, options: dict[str, Any], words: str
+) -> None:
+    with pytest.raises(nearcache.ConfigurationError, match=words) as info:
+        Cache(path=tmp_path / "c", **options)
+    # Still the ValueError callers caught before.
+    assert isinstance(info.value, ValueError)
+    assert not (tmp_path / "c").exists()
+
+
+def test_invalid_argument_error_is_a_configuration_error() -> None:
+    assert issubclass(nearcache.InvalidArgumentError, nearcache.ConfigurationError)
+    assert issubclass(nearcache.InvalidArgumentError, ValueError)
+
+
+def test_memoize_with_a_malformed_ttl_fails_at_once(tmp_path: Path) -> None:
+    from nearcache.memoize import memoize
+
+    with Cache(path=tmp_path / "m", size="1MiB") as c:
+        with pytest.raises(nearcache.ConfigurationError, match="cannot parse duration 'x'"):
+            memoize(c, ttl="x")
+        with pytest.raises(nearcache.ConfigurationError):
+            c.memoize(ttl="x")
+
+
+def test_create_false_on_a_missing_file_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "absent"
+    with pytest.raises(nearcache.CacheNotFoundError) as info:
+        Cache(path=path, create=False)
+    message = str(info.value)
+    assert f"no cache file at {path}" in message and "create=False" in message
+    assert "entity not found" not in message
+    assert isinstance(info.value, FileNotFoundError) and info.value.errno == 2
+    assert not path.exists()
+
+
+def test_too_large_value_without_spilling_names_spill_budget(tmp_path: Path) -> None:
+    with Cache(path=tmp_path / "s", size="1MiB", spill_budget=0) as c:
+        c.set("k", b"kept")
+        with pytest.raises(nearcache.ValueTooLargeError, match=r"spill_budget=0") as info:
+            c.set("k", b"x" * (2 << 20))
+        assert "spill_budget above 0" in str(info.value)
+        assert c.get("k") == b"kept"
+
+
+def test_huge_size_with_automatic_shards_does_not_say_use_more_shards(tmp_path: Path) -> None:
+    with pytest.raises(nearcache.ConfigurationError) as info:
+        Cache(path=tmp_path / "huge", size="100TiB")
+    message = str(info.value)
+    assert "use more shards" not in message
+    assert "automatic shard count" in message and "shards set to a power of two" in message
+    assert not (tmp_path / "huge").exists()

@@ -432,7 +432,8 @@ impl Cache {
         // not wrap to a small size.
         let needed = entry_size(key.len(), value_len.min(usize::MAX / 2));
         if needed > self.max_entry || value_len >= 1 << 31 {
-            return Err(Error::ValueTooLarge { needed, max: self.max_entry });
+            let spilling = self.spill_budget > 0;
+            return Err(Error::ValueTooLarge { needed, max: self.max_entry, spilling });
         }
         Ok(())
     }

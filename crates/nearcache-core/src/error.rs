@@ -19,8 +19,9 @@ pub enum Error {
     Closed,
     /// The key is empty or longer than [`crate::MAX_KEY_LEN`].
     BadKey { len: usize, max: usize },
-    /// Key, value and entry header do not fit in one entry of this cache.
-    ValueTooLarge { needed: usize, max: usize },
+    /// Key, value and entry header do not fit in one entry of this cache
+    /// (`spilling`: whether values too large for an entry go to files).
+    ValueTooLarge { needed: usize, max: usize, spilling: bool },
     /// A value too large to keep inline is larger than the spill budget.
     OverSpillBudget { len: u64, budget: u64 },
     /// The file exists but was made with other parameters or another layout.
@@ -74,10 +75,16 @@ impl fmt::Display for Error {
             Error::BadKey { len, max } => {
                 write!(f, "key of {len} bytes is longer than the {max}-byte limit")
             }
-            Error::ValueTooLarge { needed, max } => write!(
+            Error::ValueTooLarge { needed, max, spilling: true } => write!(
                 f,
                 "entry of {needed} bytes exceeds the {max}-byte entry limit of this cache \
                  (use a larger cache or fewer shards); the cache was left unchanged"
+            ),
+            Error::ValueTooLarge { needed, max, spilling: false } => write!(
+                f,
+                "entry of {needed} bytes exceeds the {max}-byte entry limit of this cache, \
+                 and spilling large values to files is off (spill_budget=0): set a spill_budget \
+                 above 0, or use a larger cache or fewer shards; the cache was left unchanged"
             ),
             Error::OverSpillBudget { len, budget } => write!(
                 f,

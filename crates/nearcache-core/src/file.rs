@@ -808,8 +808,8 @@ pub(crate) fn open(
         }
         if !opts.create {
             return Err(Error::io(
-                format!("open {}", path.display()),
-                io::Error::from(io::ErrorKind::NotFound),
+                format!("no cache file at {}", path.display()),
+                io::Error::new(io::ErrorKind::NotFound, "none is made with create=false"),
             ));
         }
         let geo = wanted.ok_or_else(|| {

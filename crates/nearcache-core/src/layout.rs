@@ -300,6 +300,14 @@ impl Geometry {
                  below the minimum of {MIN_SHARD_SIZE}"
             )));
         }
+        if shard_size > MAX_SHARD_SIZE && shards == 0 {
+            return Err(Error::InvalidArgument(format!(
+                "size {size} is above the largest cache the automatic shard count makes \
+                 ({} bytes: {shard_count} shards of at most {MAX_SHARD_SIZE} bytes); \
+                 a larger one needs shards set to a power of two up to {MAX_SHARDS}",
+                shard_count * MAX_SHARD_SIZE
+            )));
+        }
         if shard_size > MAX_SHARD_SIZE {
             return Err(Error::InvalidArgument(format!(
                 "shards of {shard_size} bytes exceed the maximum of {MAX_SHARD_SIZE}; use more shards"

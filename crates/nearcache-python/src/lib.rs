@@ -69,7 +69,8 @@ exceptions! {
     TOO_LARGE = "ValueTooLargeError" (ours(&ERROR), builtin("ValueError")) : "The entry does not fit in a shard; the cache is left unchanged.";
     BAD_KEY = "InvalidKeyError" (ours(&ERROR), builtin("ValueError")) : "The key is empty or longer than the cache accepts.";
     KEY_TYPE = "KeyTypeError" (ours(&ERROR), builtin("TypeError")) : "A key is not a str, bytes or int. Keys are never pickled (equal keys must always map to the same bytes), so other types are refused rather than guessed at.";
-    INVALID = "InvalidArgumentError" (ours(&ERROR), builtin("ValueError")) : "An argument is outside its documented range.";
+    CONFIG = "ConfigurationError" (ours(&ERROR), builtin("ValueError")) : "An option given to nearcache.Cache (or a decorator) is invalid.";
+    INVALID = "InvalidArgumentError" (ours(&CONFIG)) : "An argument is outside its documented range (a ConfigurationError, so a ValueError).";
     INCOMPATIBLE = "IncompatibleFileError" (ours(&ERROR)) : "The file exists but was created with other parameters or layout.";
     CORRUPT = "CorruptFileError" (ours(&ERROR)) : "The file is not a nearcache file or fails its consistency checks.";
     PERMISSION = "PermissionDeniedError" (ours(&ERROR), builtin("PermissionError")) : "The file or directory is unsafe to open (foreign owner, symlink, mode).";
@@ -103,7 +104,8 @@ fn to_py(py: Python<'_>, e: CoreError) -> PyErr {
         CoreError::NotFound => PyKeyError::new_err(msg),
         CoreError::Overflow => raise(py, &OVERFLOW, msg),
         CoreError::InvalidArgument(_) => raise(py, &INVALID, msg),
-        CoreError::Io { ref source, .. } => os_error(py, source, msg),
+        // The engine names its options as Rust writes them.
+        CoreError::Io { ref source, .. } => os_error(py, source, msg.replace("=false", "=False")),
         CoreError::LockTimeout { .. } | CoreError::AttachTimeout { .. } => {
             raise(py, &LOCK_TIMEOUT, msg)
         }
@@ -498,6 +500,8 @@ struct Opener {
     default_ttl_ms: u64,
     decoder: Option<Py<PyAny>>,
     skip_lock_timeouts: bool,
+    /// What a `Reader` made by `open_get` pickles as (`__reduce__`'s value).
+    reduce_get: Option<Py<PyAny>>,
 }
 
 impl Opener {
@@ -541,7 +545,7 @@ impl Opener {
     /// Parse and check the options: every check of `NativeCache(...)`
     /// (which builds through this), with the same errors.
     #[new]
-    #[pyo3(signature = (path, size, shards=0, *, default_ttl_ms=0, prefix=Vec::new(), allow_foreign_owner=false, decoder=None, lock_timeout_ms=50.0, on_lock_timeout="raise", spill_threshold=None, spill_budget=None, size_if_missing=0, fs_reserve=None))]
+    #[pyo3(signature = (path, size, shards=0, *, default_ttl_ms=0, prefix=Vec::new(), allow_foreign_owner=false, decoder=None, lock_timeout_ms=50.0, on_lock_timeout="raise", spill_threshold=None, spill_budget=None, size_if_missing=0, fs_reserve=None, reduce_get=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -558,6 +562,7 @@ impl Opener {
         spill_budget: Option<u64>,
         size_if_missing: i64,
         fs_reserve: Option<u64>,
+        reduce_get: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let skip_lock_timeouts = match on_lock_timeout {
             "raise" => false,
@@ -624,6 +629,7 @@ impl Opener {
             default_ttl_ms: default_ttl_ms as u64,
             decoder: decoder.map(Bound::unbind),
             skip_lock_timeouts,
+            reduce_get: reduce_get.map(Bound::unbind),
         })
     }
 
@@ -632,6 +638,24 @@ impl Opener {
     #[pyo3(signature = (recreate=false, create=true))]
     fn open(&self, py: Python<'_>, recreate: bool, create: bool) -> PyResult<NativeCache> {
         self.open_native(py, recreate, create)
+    }
+
+    /// `open`, and the typed `get` of the new handle: a `Reader`'s bound
+    /// method, which pickles as `reduce_get` says.
+    #[pyo3(signature = (recreate=false, create=true))]
+    fn open_get<'py>(
+        &self,
+        py: Python<'py>,
+        recreate: bool,
+        create: bool,
+    ) -> PyResult<(Bound<'py, NativeCache>, Bound<'py, PyAny>)> {
+        let native = Bound::new(py, self.open_native(py, recreate, create)?)?;
+        let reader = Reader {
+            native: native.clone().unbind(),
+            reduce: self.reduce_get.as_ref().map(|r| r.clone_ref(py)),
+        };
+        let get = Bound::new(py, reader)?.getattr(pyo3::intern!(py, "get"))?;
+        Ok((native, get))
     }
 
     #[getter]
@@ -681,6 +705,7 @@ impl NativeCache {
             spill_budget,
             0,
             fs_reserve,
+            None,
         )?
         .open_native(py, recreate, create)
     }
@@ -1208,6 +1233,42 @@ impl NativeCache {
     }
 }
 
+/// The typed read of one handle, as `nearcache.Cache.get` (an unsigned
+/// cache's `get` is this class's bound method: a call goes from Python
+/// straight to the engine, with no Python frame). Unlike a `NativeCache`
+/// method it pickles (as its opener's `reduce_get`: reopening the cache),
+/// and its errors name `get`.
+#[pyclass(frozen, module = "nearcache._native")]
+struct Reader {
+    native: Py<NativeCache>,
+    reduce: Option<Py<PyAny>>,
+}
+
+#[pymethods]
+impl Reader {
+    /// Return the value of `key`, or `default` on a miss.
+    ///
+    /// With `version=True`, `(value, version)`: the version names this
+    /// value for a compare-and-swap (`NativeCache.get_typed`'s).
+    #[pyo3(signature = (key, default=None, *, version=false))]
+    fn get<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        default: Option<Bound<'py, PyAny>>,
+        version: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.native.get().get_typed(py, key, default, version)
+    }
+
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        match &self.reduce {
+            Some(r) => Ok(r.bind(py).clone()),
+            None => Err(PyTypeError::new_err("this cache's get cannot be pickled")),
+        }
+    }
+}
+
 /// `/dev/shm/nearcache-<uid>`, created 0700 on first use.
 #[pyfunction]
 fn default_directory(py: Python<'_>) -> PyResult<String> {
@@ -1223,6 +1284,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let _ = MISSING.set(py, sentinel.unbind());
     m.add_class::<NativeCache>()?;
     m.add_class::<Opener>()?;
+    m.add_class::<Reader>()?;
     m.add_function(wrap_pyfunction!(default_directory, m)?)?;
     m.add("FLAG_BYTES", FLAG_BYTES)?;
     m.add("FLAG_STR", FLAG_STR)?;

@@ -154,8 +154,12 @@ def barh_panels(
     log: bool = True,
     fmt: str = "{:,.0f}",
     columns: int = 2,
+    xlabels: Sequence[str] | None = None,
 ) -> Path:
     """One horizontal bar chart per panel, bars sorted by value, labelled with it.
+
+    ``xlabel`` names every panel's axis, unless ``xlabels`` gives one per
+    panel (panels that measure different things).
 
     Each bar has its backend's colour (:func:`backend_style`); nearcache's
     bars are outlined and their labels bold.  ``network`` is kept for
@@ -170,7 +174,10 @@ def barh_panels(
         rows, cols, figsize=(6.5 * cols, 0.32 * longest * rows + 1.5 * rows + 0.6), squeeze=False
     )
     families: set[str] = set()
-    for ax, (panel_title, pairs) in zip(axes.flat, panels, strict=False):
+    labels = list(xlabels) if xlabels is not None else [xlabel] * n
+    if len(labels) != n:
+        raise ValueError(f"{n} panels but {len(labels)} axis labels")
+    for ax, (panel_title, pairs), panel_xlabel in zip(axes.flat, panels, labels, strict=False):
         data = sorted((p for p in pairs if p[1] > 0), key=lambda p: p[1])
         names = [p[0] for p in data]
         values = [p[1] for p in data]
@@ -186,7 +193,7 @@ def barh_panels(
         if log and values and max(values) / max(min(values), 1e-12) > 20:
             ax.set_xscale("log")
         ax.set_title(panel_title, fontsize=10)
-        ax.set_xlabel(xlabel, fontsize=8)
+        ax.set_xlabel(panel_xlabel, fontsize=8)
         ax.tick_params(axis="both", labelsize=8)
         for label in ax.get_yticklabels():
             if label.get_text() in ours:

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from .model import BenchResult, CaseResult
 
 __all__ = [
+    "IDLE_LOAD",
     "REFERENCE_ORDER",
     "Table",
     "cmpthese",
@@ -25,11 +26,19 @@ __all__ = [
     "fmt_ns",
     "fmt_rate",
     "fmt_ratio",
+    "load_warning",
     "loss_notes",
     "markdown_report",
     "pick_reference",
     "print_tables",
+    "skipped_note",
+    "skipped_notes",
+    "terminal_header",
 ]
+
+#: The 1-minute load average at a run's start above which its timings are
+#: marked as measured on a busy machine (in the terminal and the results).
+IDLE_LOAD = 0.5
 
 #: Backends that relative columns compare against, in order of preference.
 REFERENCE_ORDER = ("nearcache", "nearcache-native", "django-nearcache")
@@ -69,16 +78,88 @@ class Table:
         out.append("")
         return "\n".join(out)
 
-    def to_rich(self) -> Any:
-        """A ``rich.table.Table``."""
+    def to_rich(self, columns: Sequence[int] | None = None, title: str | None = None) -> Any:
+        """A ``rich.table.Table`` of ``columns`` (indexes; all by default).
+
+        No cell wraps: a table wider than the console is not shrunk by this
+        table but split or stacked by :func:`print_tables`.
+        """
         from rich.table import Table as RichTable
 
-        table = RichTable(title=self.title, title_justify="left", header_style="bold")
-        for i, col in enumerate(self.columns):
-            table.add_column(col, justify="right" if i in self.right else "left", no_wrap=i == 0)
+        chosen = range(len(self.columns)) if columns is None else columns
+        table = RichTable(
+            title=self.title if title is None else title,
+            title_justify="left",
+            header_style="bold",
+        )
+        for i in chosen:
+            table.add_column(
+                self.columns[i],
+                justify="right" if i in self.right else "left",
+                no_wrap=True,
+                overflow="ignore",
+            )
         for row in self.rows:
-            table.add_row(*row)
+            table.add_row(*(row[i] for i in chosen))
         return table
+
+    def terminal_parts(self, width: int) -> list[Any]:
+        """Renderables that show every cell whole within ``width`` columns.
+
+        The table itself when it fits; else split into several tables that
+        each repeat the first column (the row's name) and fit; else, when not
+        even one column fits beside the first, stacked: one block per row,
+        a ``column: value`` line per cell.
+        """
+        widths = self.column_widths()
+        if _table_width(widths) <= width:
+            return [self.to_rich()]
+        if len(self.columns) < 2:
+            return [self.stacked()]
+        groups: list[list[int]] = []
+        current: list[int] = []
+        for i in range(1, len(self.columns)):
+            if _table_width([widths[0], widths[i]]) > width:
+                return [self.stacked()]  # this column alone does not fit beside the first
+            if _table_width([widths[j] for j in (0, *current, i)]) <= width:
+                current.append(i)
+            else:
+                groups.append(current)
+                current = [i]
+        groups.append(current)
+        n = len(groups)
+        return [
+            self.to_rich([0, *g], title=f"{self.title} (part {k}/{n})")
+            for k, g in enumerate(groups, 1)
+        ]
+
+    def column_widths(self) -> list[int]:
+        """Each column's width in terminal cells: its widest cell or header."""
+        from rich.cells import cell_len
+
+        return [
+            max([cell_len(col), *(cell_len(row[i]) for row in self.rows)])
+            for i, col in enumerate(self.columns)
+        ]
+
+    def stacked(self) -> Any:
+        """Every row as a block of ``column: value`` lines (for narrow terminals)."""
+        from rich.console import Group
+        from rich.text import Text
+
+        lines: list[Any] = [Text(self.title, style="italic")]
+        for row in self.rows:
+            name = row[0] or "-"
+            lines.append(Text(name, style="bold"))
+            for col, cell in zip(self.columns[1:], row[1:], strict=True):
+                lines.append(Text(f"  {col or '-'}: {cell}"))
+        return Group(*lines)
+
+
+def _table_width(column_widths: Sequence[int]) -> int:
+    """The width of a rich table (default box, one space of padding on each
+    side of a cell) with columns of these widths."""
+    return sum(column_widths) + 3 * len(column_widths) + 1
 
 
 def _md(text: str) -> str:
@@ -206,22 +287,84 @@ def loss_notes(
 
 
 def skipped_note(case: CaseResult) -> list[str]:
-    """Notes listing the backends a case skipped, with their reasons."""
-    return [f"{name} skipped: {reason}" for name, reason in sorted(case.skipped.items())]
+    """Notes listing the backends a case skipped: one per reason."""
+    return skipped_notes([case])
+
+
+def skipped_notes(cases: Sequence[CaseResult]) -> list[str]:
+    """One note per reason for skipping, listing the backends it skipped (and
+    the cases, when not every one of ``cases``)."""
+    by_reason: dict[str, dict[str, list[str]]] = {}
+    for case in cases:
+        for name, reason in case.skipped.items():
+            by_reason.setdefault(reason, {}).setdefault(name, []).append(case.label)
+    notes = []
+    for reason, backends in by_reason.items():
+        everywhere = all(len(labels) == len(cases) for labels in backends.values())
+        names = ", ".join(sorted(backends))
+        where = ""
+        if not everywhere and len(cases) > 1:
+            labels = dict.fromkeys(label for ls in backends.values() for label in ls)
+            where = f" (in {', '.join(labels)})"
+        notes.append(f"{names} skipped{where}: {reason}")
+    return notes
 
 
 # -- whole reports -------------------------------------------------------------
 
 
 def print_tables(console: Console, tables: Sequence[Table]) -> None:
-    """Print tables and their notes to a rich console."""
+    """Print tables and their notes to a rich console.
+
+    No figure is ever cut or wrapped: a table wider than the console is
+    split into tables that fit, or stacked (:meth:`Table.terminal_parts`);
+    stacked lines longer than the console are left to the terminal to wrap
+    (rich does not break them).
+    """
     for table in tables:
         if not table.terminal:
             continue
-        console.print(table.to_rich())
+        for part in table.terminal_parts(console.width):
+            console.print(part, soft_wrap=not hasattr(part, "columns"))
         for note in table.notes:
             console.print(f"  [dim]- {note}[/dim]", highlight=False)
         console.print()
+
+
+def load_warning(machine: Mapping[str, Any]) -> str | None:
+    """Why a run's timings are not an idle machine's, or None (load at start <= IDLE_LOAD)."""
+    load = machine.get("loadavg_at_start") or []
+    if not load or float(load[0]) <= IDLE_LOAD:
+        return None
+    return (
+        f"the load average was {float(load[0]):.2f} when the run started (above {IDLE_LOAD}): "
+        "other programs competed for the CPU, so timings are lower and noisier than an idle "
+        "machine's; publish only figures from an idle run"
+    )
+
+
+def terminal_header(result: BenchResult) -> list[str]:
+    """Machine, load and versions, as rich markup lines for the top of a run."""
+    m = result.machine
+    mem = fmt_bytes(float(m.get("memory_bytes", 0))) if m.get("memory_bytes") else "?"
+    load = " ".join(f"{x:.2f}" for x in m.get("loadavg_at_start") or []) or "?"
+    versions = ", ".join(
+        f"{k} {v}" for k, v in sorted(result.versions.items(), key=lambda kv: kv[0].lower())
+    )
+    commit = f" (commit {m['nearcache_commit']})" if m.get("nearcache_commit") else ""
+    lines = [
+        f"[bold]nearcache bench[/bold] started {result.started}, profile "
+        f"{result.profile.get('name', '?')} ({result.profile.get('repeats', '?')} repeats, "
+        "median reported)",
+        f"machine: {m.get('cpu', '?')}, {m.get('cores', '?')} cores, {mem} RAM; {m.get('os', '?')}",
+        f"load average (1/5/15 min) at start: {load}",
+        f"versions: {m.get('python_implementation', 'Python')} {m.get('python', '?')}"
+        f"{commit}; {versions}",
+    ]
+    warning = load_warning(m)
+    if warning:
+        lines.append(f"[bold yellow]warning[/bold yellow]: {warning}")
+    return lines
 
 
 def header_lines(result: BenchResult) -> list[str]:
@@ -229,8 +372,10 @@ def header_lines(result: BenchResult) -> list[str]:
     m = result.machine
     mem = fmt_bytes(float(m.get("memory_bytes", 0))) if m.get("memory_bytes") else "?"
     versions = ", ".join(f"{k} {v}" for k, v in sorted(result.versions.items()))
+    warning = load_warning(m)
     lines = [
         f"- Command: `{result.command}`",
+        *([f"- **Warning**: {warning}"] if warning else []),
         f"- Started: {result.started} (took {result.duration_s:.0f} s; "
         f"profile `{result.profile.get('name', '?')}`, {result.profile.get('repeats', '?')} "
         "repeats, median reported)",

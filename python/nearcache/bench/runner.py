@@ -21,7 +21,14 @@ from .backends.base import Backend, BackendContext
 from .backends.registry import all_backends
 from .machine import loadavg, machine_info, package_versions
 from .model import BackendStatus, BenchResult, CaseResult, WorkloadResult
-from .report import Table, markdown_report, pick_reference, print_tables
+from .report import (
+    Table,
+    load_warning,
+    markdown_report,
+    pick_reference,
+    print_tables,
+    terminal_header,
+)
 from .servers import LocalServer, start_errors, started_servers
 from .workloads import default_workloads, get_workload
 from .workloads.base import PROFILES, CaseSkipped, Profile, Workload
@@ -152,6 +159,13 @@ def run(
                 servers=server_info,
                 reference=pick_reference(cls.name for cls in available) or "",
             )
+            if options.print_tables:
+                for line in terminal_header(result):
+                    console.print(line, highlight=False)
+                console.print()
+            warning = load_warning(result.machine)
+            if warning:
+                result.machine["load_warning"] = warning
             for s in statuses:
                 if not s.available and options.print_tables:
                     console.print(

@@ -44,7 +44,7 @@ def test_bench_writes_json_markdown_and_plots(
     out_json, out_md, plots = tmp_path / "r.json", tmp_path / "r.md", tmp_path / "png"
     argv = ["bench", "chi-2010", "zipf", "--profile", "tiny", "--backends", "dict,cachetools"]
     argv += ["--json", str(out_json), "--markdown", str(out_md), "--plot", str(plots)]
-    argv += ["--no-progress", "--dir", str(tmp_path / "scratch")]
+    argv += ["--no-progress", "--no-save", "--dir", str(tmp_path / "scratch")]
     assert main(argv) == 0
     result = BenchResult.load(out_json)
     assert result.command.startswith("nearcache bench chi-2010 zipf")

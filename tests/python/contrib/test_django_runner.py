@@ -17,6 +17,8 @@ import venv
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 import nearcache
 
 RUN_PY = Path(__file__).resolve().parents[2] / "django" / "run.py"
@@ -82,3 +84,22 @@ def test_environment_tag_names_the_running_environment() -> None:
     assert tag.startswith("env-")
     assert tag == runner.environment_tag()
     assert runner.running_site_dirs()[0].startswith(sys.prefix)
+
+
+def test_a_version_without_its_python_is_left_out_and_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    runner = load_runner()
+
+    def no_python(minimum: tuple[int, int]) -> str:
+        raise runner.NoInterpreter(f"no Python >= {minimum[0]}.{minimum[1]} found")
+
+    monkeypatch.setattr(runner, "find_python", no_python)
+    monkeypatch.delenv("NEARCACHE_DJANGO_ALL", raising=False)
+    assert runner.main(["--cache-dir", str(tmp_path)]) == 0
+    closing = capsys.readouterr().out.rstrip().splitlines()[-2]
+    assert closing.startswith("django-cache-suite: 0 passed, 0 failed, 0 skipped; ")
+    assert "Django 6.1.3 not run (needs Python >= 3.12, none installed)" in closing
+    # Asked for by name (or with NEARCACHE_DJANGO_ALL=1), it is a failure.
+    assert runner.main(["--cache-dir", str(tmp_path), "--django", "6.1.3"]) == 1
+    assert "setup failed: no Python >= 3.12" in capsys.readouterr().out

@@ -28,7 +28,7 @@ from typing import Any
 
 from ..backends.base import Backend, Capacity, Handle, import_module
 from ..model import Measurement, WorkloadResult
-from ..report import Table, fmt_int, skipped_note
+from ..report import Table, fmt_int, skipped_notes
 from .base import GET, GET_MISS, SET, Case, Profile, Workload, object_handle
 from .django8proc import Django8proc
 from .fastmmap2004 import Fastmmap2004
@@ -213,7 +213,7 @@ class Holding(Workload):
                         f"{mm['held_ratio']:.3f}" if mm["bound"] else "-",
                     ]
                 )
-            notes.extend(skipped_note(c))
+        notes.extend(skipped_notes(result.cases))
         if not rows:
             return []
         return [

@@ -314,11 +314,13 @@ class Zipf(Workload):
 
     def plot(self, result: WorkloadResult, outdir: Path) -> list[Path]:
         panels = []
+        xlabels = []
         for c in result.cases:
             pairs = [(m.backend, m.metrics["hit_ratio"]) for m in c.measurements]
             if c.measurements:
                 pairs.append(("LRU (exact)", c.measurements[0].metrics["lru_hit_ratio"]))
             panels.append((f"hit ratio, {c.label}", pairs))
+            xlabels.append("hit ratio (hits / requests)")
         for c in result.cases:
             panels.append(
                 (
@@ -326,6 +328,7 @@ class Zipf(Workload):
                     [(m.backend, m.metrics["ops_per_s"]) for m in c.measurements],
                 )
             )
+            xlabels.append("requests per second")
         if not panels:
             return []
         return [
@@ -334,6 +337,7 @@ class Zipf(Workload):
                 "zipf: hit ratio and cache-aside requests per second",
                 panels,
                 "hit ratio / requests per second",
+                xlabels=xlabels,
                 ours=ours_names(),
                 network=network_names(),
                 log=True,
