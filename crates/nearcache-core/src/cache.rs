@@ -690,6 +690,30 @@ impl Cache {
             SetMode::IfPresent if !self.contains(key)? => return Ok(false),
             _ => {}
         }
+        self.spill_and_publish(
+            shard,
+            value,
+            |g, reference, now| {
+                let exp = expires_for(ttl_ms, now);
+                g.set(key, h, reference, flags | FLAG_SPILLED, exp, mode, now)
+            },
+            |stored| matches!(stored, Ok(true)),
+        )
+    }
+
+    /// The one protocol of spilled writes (sets and compare-and-swaps):
+    /// count `value`'s bytes in the spill budget, write its file, then
+    /// `publish` an entry naming it (given the reference bytes) under the
+    /// shard's lock; `kept` says whether that outcome left an entry naming
+    /// the file. A file no entry names is removed, and whoever removes it
+    /// gives its bytes back (once: a sweep may have removed it first).
+    fn spill_and_publish<T>(
+        &self,
+        shard: &Shard,
+        value: &[u8],
+        publish: impl FnOnce(&ShardGuard<'_>, &[u8], &mut Now) -> Result<T>,
+        kept: impl FnOnce(&Result<T>) -> bool,
+    ) -> Result<T> {
         let len = value.len() as u64;
         // Orphans of writers killed between linking and publishing (or
         // between dropping an entry and removing its file) go here, at most
@@ -697,11 +721,8 @@ impl Cache {
         // budget runs short and when a process attaches alone.
         self.sweep_if_due();
         self.reserve_spill(len)?;
-        let unreserve = || {
-            saturating_sub(header_word(&self.map, fh::SPILL_BYTES), len);
-        };
-        let written = self.write_spill(value);
-        let (dir, r, publishing) = match written {
+        let unreserve = || saturating_sub(header_word(&self.map, fh::SPILL_BYTES), len);
+        let (dir, r, publishing) = match self.write_spill(value) {
             Ok(w) => w,
             Err(e) => {
                 unreserve();
@@ -709,25 +730,16 @@ impl Cache {
             }
         };
         let mut now = Now::new();
-        let exp = expires_for(ttl_ms, &mut now);
-        let stored = self
-            .lock_for_write(shard)
-            .and_then(|g| g.set(key, h, &r.to_bytes(), flags | FLAG_SPILLED, exp, mode, &mut now));
-        match stored {
-            Ok(true) => {
-                header_word(&self.map, fh::SPILL_VALUES).fetch_add(1, Ordering::Relaxed);
-            }
-            _ => {
-                // Whoever removes the file gives its bytes back (once).
-                if dir.remove(r.id) {
-                    unreserve();
-                }
-            }
+        let out = self.lock_for_write(shard).and_then(|g| publish(&g, &r.to_bytes(), &mut now));
+        if kept(&out) {
+            header_word(&self.map, fh::SPILL_VALUES).fetch_add(1, Ordering::Relaxed);
+        } else if dir.remove(r.id) {
+            unreserve();
         }
         // Published (or removed): sweeps may examine the file now.
         drop(publishing);
         self.reap();
-        stored
+        out
     }
 
     /// Write a spilled value's file. When the file system has no room for
@@ -1429,38 +1441,15 @@ impl Cache {
         if current != expected {
             return Ok(CasOutcome::Conflict(current));
         }
-        let len = value.len() as u64;
-        self.sweep_if_due();
-        self.reserve_spill(len)?;
-        let unreserve = || saturating_sub(header_word(&self.map, fh::SPILL_BYTES), len);
-        let written = self.write_spill(value);
-        let (dir, r, publishing) = match written {
-            Ok(w) => w,
-            Err(e) => {
-                unreserve();
-                return Err(e);
-            }
-        };
-        let mut now = Now::new();
-        let exp = expires_for(ttl_ms, &mut now);
-        let out = self.lock_for_write(shard).and_then(|g| {
-            g.cas(key, h, &r.to_bytes(), flags | FLAG_SPILLED, exp, expected, &mut now)
-        });
-        match out {
-            Ok(CasOutcome::Stored(_)) => {
-                header_word(&self.map, fh::SPILL_VALUES).fetch_add(1, Ordering::Relaxed);
-            }
-            _ => {
-                // Whoever removes the file gives its bytes back (once).
-                if dir.remove(r.id) {
-                    unreserve();
-                }
-            }
-        }
-        // Published (or removed): sweeps may examine the file now.
-        drop(publishing);
-        self.reap();
-        out
+        self.spill_and_publish(
+            shard,
+            value,
+            |g, reference, now| {
+                let exp = expires_for(ttl_ms, now);
+                g.cas(key, h, reference, flags | FLAG_SPILLED, exp, expected, now)
+            },
+            |out| matches!(out, Ok(CasOutcome::Stored(_))),
+        )
     }
 
     /// Delete `key` only if its version is `expected` (0 never matches:
