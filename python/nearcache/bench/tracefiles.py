@@ -40,6 +40,7 @@ import lzma
 import os
 import random
 import struct
+import sys
 import urllib.request
 import zipfile
 from collections.abc import Iterable, Sequence
@@ -381,8 +382,11 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-if __name__ == "__main__":  # pragma: no cover - a convenience for fetching ahead of a run
-    import sys
+def _main(names: list[str]) -> None:
+    """Fetch the named real traces (all without names) and print where they are."""
+    for name, path in fetch_real_traces(names or None).items():
+        print(f"{name}\t{path}")
 
-    for name, p in fetch_real_traces(sys.argv[1:] or None).items():
-        print(f"{name}\t{p}")
+
+if __name__ == "__main__":  # pragma: no cover - a convenience for fetching ahead of a run
+    _main(sys.argv[1:])
