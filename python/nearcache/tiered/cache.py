@@ -497,19 +497,20 @@ class TieredCache(Driver):
 
     def _invalidate(self, keys: list[bytes]) -> None:
         self._generation.bump(keys)
-        self._invalidations_received += 1
         # Messages carry stored key bytes (key_bytes); decode them back to
         # the keys they encode, so that int keys and escaped bytes keys match.
         if len(keys) == 1:
             self._l1.delete(decode_key(keys[0]))
         else:
             self._l1.delete_many([decode_key(key) for key in keys])
+        # Counted once applied: whoever sees the count grow sees the effect.
+        self._invalidations_received += 1
 
     def _clear_l1(self, *, received: bool = False) -> None:
         self._bump(None)
+        self._l1.clear()
         if received:
             self._clears_received += 1
-        self._l1.clear()
 
     def _resync(self) -> None:
         self._resyncs += 1

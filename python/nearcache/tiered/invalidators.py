@@ -366,13 +366,14 @@ class RedisInvalidator(ReaderThread, Invalidator):
         origin, op, keys = decoded
         if origin == self.origin:
             return
-        self.received += 1
         if op == _OP_KEYS:
             listener.on_invalidate(keys)
         elif op == _OP_CLEAR:
             listener.on_clear()
         else:
             self.ignored += 1
+            return
+        self.received += 1  # once applied: whoever sees the count grow sees the effect
 
     def _after_fork_in_child(self) -> None:
         self._connected.clear()

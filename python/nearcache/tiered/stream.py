@@ -256,15 +256,17 @@ class StreamInvalidator(ReaderThread, Invalidator):
             # may still land later, after a read of this host fetched the
             # value it replaced; only its entry can drop that copy.
             self.own += 1
-        self.received += 1
-        if replaying:
-            self.replayed += 1
         if op == _OP_KEYS:
             listener.on_invalidate(keys)
         elif op == _OP_CLEAR:
             listener.on_clear()
         else:
             self.ignored += 1
+            return
+        # Counted once applied: whoever sees the count grow sees the effect.
+        self.received += 1
+        if replaying:
+            self.replayed += 1
 
     def stats(self) -> dict[str, Any]:
         """Entries sent, received, replayed; resyncs (L1 cleared) and errors."""

@@ -72,6 +72,6 @@ class TrackingInvalidator(RedisInvalidator):
         keys = [
             key[size:] for key in data if isinstance(key, bytes) and key.startswith(self.prefix)
         ]
-        self.received += 1
         if keys:
             listener.on_invalidate(keys)
+        self.received += 1  # once applied: whoever sees the count grow sees the effect
