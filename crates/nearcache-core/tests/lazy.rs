@@ -385,10 +385,16 @@ fn a_full_file_system_means_eviction_within_held_space() {
     let inline_only =
         Cache::open(&path, &OpenOptions { size: None, spill_budget: 0, ..OpenOptions::default() })
             .unwrap();
+    // (Segmented shards take no entry above one segment: a larger one is
+    // refused before the file system is asked.)
     match inline_only.set(b"big", &vec![1u8; 2 << 20], 0, 0) {
         Err(nearcache_core::Error::Full(m)) => assert!(m.contains("nothing was changed"), "{m}"),
+        Err(nearcache_core::Error::ValueTooLarge { max, .. }) => {
+            assert_eq!(max, inline_only.max_entry_size())
+        }
         other => panic!("expected Full, got {other:?}"),
     }
+    assert_eq!(inline_only.get(b"big").unwrap().unwrap().data, b"old");
     drop(inline_only);
     // Spilled, the value needs a 2 MiB file on a full file system: ENOSPC
     // is a clear error, the old value stays, and no partial file is left.
