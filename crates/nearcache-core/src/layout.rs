@@ -92,11 +92,12 @@ pub const DEAD_SLACK: usize = 64 * 1024;
 pub const MIN_ACTIVE_SLOTS: usize = 512;
 /// Target size of an arena segment (`shard/segments.rs`): the most a
 /// compaction step reads is `MERGE_SEGMENTS` of them, whatever the shard's
-/// size. A shard's segments are its arena divided evenly, at least
-/// `MIN_SEGMENT_SIZE` and at most this, and at most 1/16 of the arena
-/// (small shards get 16 or more segments, so that a step frees a small
-/// part of them); an arena shorter than `MIN_SEGMENTS` minimum segments is
-/// one segment (compacted whole, as before segments: bounded because small).
+/// size. A shard's segments are 1/32 of its arena clamped between
+/// `MIN_SEGMENT_SIZE` and this, then the arena divided evenly among as many
+/// as fit (a step then frees a small part of a small shard: a segmented
+/// shard holds up to about one segment less than its arena); an arena
+/// shorter than `MIN_SEGMENTS` minimum segments is one segment (compacted
+/// whole, as before segments: bounded because small).
 pub const SEGMENT_SIZE: usize = 256 * 1024;
 /// Segments a compaction step reads at most (the one at the hand and the
 /// next ones in order, `shard/segments.rs`). Four: a step frees a segment
@@ -399,10 +400,11 @@ impl Geometry {
         (self.index_offset() + self.slots_per_shard * 8 + 63) & !63
     }
 
-    /// Segments of a shard's arena and their size: the arena divided into
-    /// `arena / SEGMENT_SIZE` (at least 16) segments of equal size, each
-    /// 64-byte aligned and at least `MIN_SEGMENT_SIZE`; one segment (the
-    /// whole arena) when that leaves fewer than `MIN_SEGMENTS`.
+    /// Segments of a shard's arena and their size: 1/32 of the arena
+    /// clamped to [`MIN_SEGMENT_SIZE`, `SEGMENT_SIZE`], then the arena
+    /// divided evenly among as many as fit (64-byte aligned, so a segment
+    /// may be a little above `SEGMENT_SIZE`); one segment (the whole arena)
+    /// when that leaves fewer than `MIN_SEGMENTS`.
     pub fn segments(&self) -> (usize, usize) {
         let arena = self.arena_size();
         let size = (arena / 32).clamp(MIN_SEGMENT_SIZE, SEGMENT_SIZE);

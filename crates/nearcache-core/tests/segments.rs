@@ -40,9 +40,9 @@ fn work_per_write_does_not_grow_with_the_shard() {
         let c = open(&d, mib << 20, 1);
         let g: Geometry = *c.geometry();
         // 36-byte keys, 160-byte values: the workload, written to
-        // three times the shard's size; every third key is read back
+        // twice the shard's size; every third key is read back
         // soon (visited), so steps keep some entries and merge them.
-        let n = (3 * (mib << 20) / 212) as u64;
+        let n = (2 * (mib << 20) / 212) as u64;
         for i in 0..n {
             let k = format!("{:036}", i);
             c.set(k.as_bytes(), &value(i, 160), 0, 0).unwrap();
@@ -103,7 +103,7 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(12))]
+    #![proptest_config(ProptestConfig::with_cases(8))]
 
     /// A 2 MiB shard (18 segments) filled several times over with values
     /// of up to 4 KB: every answer agrees with a map (a miss is allowed:

@@ -2,11 +2,12 @@
 //! write never grows with the shard.
 //!
 //! Layout (`layout::Geometry::segments`): the arena is `count` segments of
-//! `size` bytes (64 KiB to 256 KiB, at most 1/16 of the arena); a shard
-//! whose arena is shorter than two minimum segments is one segment, the
-//! whole arena, compacted whole as before segments (bounded: the shard is
-//! small). A table of one word per segment sits between the index and the
-//! arena: `next (u32) << 32 | used (u32)`. `used` is the bytes of entries
+//! `size` bytes (96 KiB to about 256 KiB: 1/32 of the arena, clamped, then
+//! the arena divided evenly); an arena shorter than `MIN_SEGMENTS` (16)
+//! minimum segments (shards under about 1.6 MiB) is one segment, the whole
+//! arena, compacted whole as before segments (`compaction.rs`; bounded: the
+//! shard is small). A table of one word per segment sits between the shard
+//! header and the index: `next (u32) << 32 | used (u32)`. `used` is the bytes of entries
 //! from the segment's start (the head's lives in `BUMP`, a global arena
 //! offset, so that an append writes one word); `next` links a segment to
 //! the next newer one, or the next free one.
