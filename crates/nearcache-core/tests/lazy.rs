@@ -416,3 +416,30 @@ fn a_full_file_system_means_eviction_within_held_space() {
     c.set(b"after", b"v", 0, 0).unwrap();
     assert_eq!(c.get(b"after").unwrap().unwrap().data, b"v");
 }
+
+#[test]
+fn a_segmented_shard_refused_growth_within_its_first_segment_evicts_in_place() {
+    // One 8 MiB shard (segments of about 256 KiB) whose growth the file
+    // system refuses after about 100 KiB: there is no second segment to
+    // take, so sets evict within the head segment itself.
+    let Some(fs) = SmallTmpfs::mount() else { return };
+    let path = fs.mnt.join("c");
+    let opts = OpenOptions {
+        shards: 1,
+        fs_reserve: Some((1 << 20) - (128 << 10)),
+        ..opts(4096 + (8 << 20))
+    };
+    let c = Cache::open(&path, &opts).unwrap();
+    assert!(c.geometry().segments().0 > 1);
+    for i in 0..3_000 {
+        let key = format!("k{i}");
+        c.set(key.as_bytes(), &value(i, 200), 0, 0).unwrap();
+        assert_eq!(c.get(key.as_bytes()).unwrap().unwrap().data, value(i, 200));
+        let _ = c.get(format!("k{}", i / 2).as_bytes()).unwrap();
+    }
+    let s = c.stats().unwrap();
+    assert!(s.evictions > 0, "{s:?}");
+    assert!(s.held_bytes <= 256 << 10, "{s:?}");
+    assert_eq!(s.corruptions, 0, "{s:?}");
+    c.check().unwrap();
+}

@@ -20,7 +20,10 @@
 //!   list (`FREE`); segments from `FRESH` on were never used. A full head
 //!   is sealed (its `used` written to the table) and a new head taken:
 //!   from the free list, else a fresh segment (lazy files prefer that to
-//!   evicting while the file system allows), else by one compaction step.
+//!   evicting while the file system allows), else by one compaction step
+//!   (a few, if the first freed only segments above a lazy file's reserved
+//!   mark). A lazy shard refused growth with nothing else to take evicts
+//!   within the head itself (SIEVE in place, then all of it).
 //! * A compaction step (`step`) is SIEVE at segment granularity with merge
 //!   (Segcache, NSDI '21): the hand is a segment and an offset in it. From
 //!   the hand on, through at most `MERGE_SEGMENTS` segments in order (never
@@ -67,7 +70,10 @@ const PUNCHED_MARK: u32 = u32::MAX;
 enum Start {
     Hand,
     Tail,
+    /// The head, in place (evicting: unvisited entries).
     Head,
+    /// The head, in place, every entry evicted (evicting only).
+    HeadAll,
 }
 
 /// One entry a step reads: where it goes is decided before anything moves.
@@ -428,7 +434,7 @@ impl<'a> ShardGuard<'a> {
                 return Ok(true);
             }
         }
-        Ok(false)
+        Ok(self.evict_in_head(now))
     }
 
     /// Record the arena bytes a write's compactions examined (the bound
@@ -488,6 +494,26 @@ impl<'a> ShardGuard<'a> {
         done
     }
 
+    /// The last resort of a write that found no segment to take (a lazy
+    /// shard on a file system that refuses to grow it, with nothing else
+    /// free): SIEVE within the head, in place; if every entry there was
+    /// visited, the head's entries are evicted. Inside its own move.
+    /// Returns whether anything was dropped.
+    fn evict_in_head(&self, now: &mut Now) -> bool {
+        self.begin_move();
+        self.set_hdr(sh::REWRITING, 1);
+        let t = now.get();
+        let done = self
+            .merge(true, t, Start::Head)
+            .and_then(|d| if d { Ok(true) } else { self.merge(true, t, Start::HeadAll) })
+            .unwrap_or_else(|c| {
+                self.recover(c);
+                false
+            });
+        self.end_move();
+        done
+    }
+
     /// A merge (see the module comment) starting at the hand, the tail, or
     /// the head (which is then compacted in place, alone).
     fn merge(&self, evict: bool, t: u64, start: Start) -> Check<bool> {
@@ -496,10 +522,10 @@ impl<'a> ShardGuard<'a> {
         let tail = self.seg_hdr(sh::TAIL)?;
         let fresh = self.fresh()?;
         let active = self.active_slots()?;
-        let in_place = start == Start::Head;
+        let in_place = matches!(start, Start::Head | Start::HeadAll);
         let (mut h, mut o) = match start {
             Start::Tail => (tail, 0),
-            Start::Head => (head, 0),
+            Start::Head | Start::HeadAll => (head, 0),
             Start::Hand => {
                 let hand = self.hdr(sh::HAND) as usize;
                 (hand / size, hand % size)
@@ -575,7 +601,7 @@ impl<'a> ShardGuard<'a> {
         let mut last = list.len() - 1;
         let mut k = 0;
         for j in 0..list.len() {
-            let force = evict && j + 1 == list.len();
+            let force = evict && (j + 1 == list.len() && !in_place || start == Start::HeadAll);
             while k < items.len() && items[k].j == j {
                 let it = &items[k];
                 let gone = it.e.is_dead() || it.e.expired(t) || (evict && (force || !it.visited));
