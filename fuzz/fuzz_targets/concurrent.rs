@@ -81,9 +81,10 @@ fn scribble(raws: &[Raw]) {
             let g = &raw.geo;
             let shard = (next() as usize) % g.shard_count;
             let base = HEADER_SIZE + shard * g.shard_size;
-            let off = match next() % 3 {
+            let off = match next() % 4 {
                 0 => 8 + 8 * (next() as usize % ((SHARD_HEADER_SIZE - 8) / 8)),
-                1 => SHARD_HEADER_SIZE + 8 * (next() as usize % g.slots_per_shard),
+                1 => g.index_offset() + 8 * (next() as usize % g.slots_per_shard),
+                2 => g.segment_table_offset() + 8 * (next() as usize % g.segments().0),
                 _ => g.arena_offset() + 8 * (next() as usize % (g.arena_size() / 8)),
             };
             if off == sh::MAGIC {

@@ -92,10 +92,12 @@ fn poke(t: &Target, input: &mut Input<'_>) {
     let base = HEADER_SIZE + shard * geo.shard_size;
     let index_len = geo.slots_per_shard * 8;
     let arena_off = geo.arena_offset();
-    let (start, span) = match input.u8() % 4 {
+    let table_len = geo.index_offset() - geo.segment_table_offset();
+    let (start, span) = match input.u8() % 5 {
         0 => (MUTEX_BYTES, SHARD_HEADER_SIZE - MUTEX_BYTES),
-        1 => (SHARD_HEADER_SIZE, index_len),
+        1 => (geo.index_offset(), index_len),
         2 => (arena_off, 512.min(geo.shard_size - arena_off)),
+        3 => (geo.segment_table_offset(), table_len),
         _ => (MUTEX_BYTES, geo.shard_size - MUTEX_BYTES),
     };
     let off = start + (input.u16() as usize % span);

@@ -4,8 +4,11 @@
 //! file  = [file header, HEADER_SIZE bytes][shard 0][shard 1]...[shard n-1]
 //! file header = [fields, 128 bytes][per-CPU counter stripes, from 128]
 //! shard = [shard header, SHARD_HEADER_SIZE bytes]
+//!         [segment table: one u64 per segment, padded to 64 bytes]
 //!         [slot index: slots_per_shard x u64]
-//!         [arena: entries appended in insertion order, 8-byte aligned]
+//!         [arena: segment_count segments of segment_size bytes, entries
+//!          appended in insertion order, 4-byte aligned]
+//! segment word = next segment (u32, u32::MAX: none) << 32 | used bytes (u32)
 //! entry = [meta: u32 expires_at_ms low 32 bits,
 //!                u32 expires_at_ms high 16 bits | (key_len - 1) << 16]
 //!         [len u32: value_len (31 bits) | dead << 31][flags u32]
@@ -40,8 +43,10 @@ pub const MAGIC: [u8; 8] = *b"NEARCACH";
 /// the shard header grouped by writer (see `sh`); `seq` moves only when
 /// entries move, and gets validate the slot they read. Version 7: 16-byte
 /// entry headers (the tag lives in the slot alone) and entries aligned to
-/// 4 bytes, not 8.
-pub const LAYOUT_VERSION: u32 = 7;
+/// 4 bytes, not 8. Version 8: the arena is cut into segments (a segment
+/// table before it, five shard header words), compacted a few segments at
+/// a time.
+pub const LAYOUT_VERSION: u32 = 8;
 /// Size of the file header; shards start here, page-aligned.
 pub const HEADER_SIZE: usize = 4096;
 /// Shard sizes are multiples of this.
@@ -85,6 +90,30 @@ pub const DEAD_SLACK: usize = 64 * 1024;
 /// Index slots a lazy shard starts with (one page of slots); the index
 /// doubles, up to `slots_per_shard`, when it reaches its load limit.
 pub const MIN_ACTIVE_SLOTS: usize = 512;
+/// Target size of an arena segment (`shard/segments.rs`): the most a
+/// compaction step reads is `MERGE_SEGMENTS` of them, whatever the shard's
+/// size. A shard's segments are 1/32 of its arena clamped between
+/// `MIN_SEGMENT_SIZE` and this, then the arena divided evenly among as many
+/// as fit (a step then frees a small part of a small shard: a segmented
+/// shard holds up to about one segment less than its arena); an arena
+/// shorter than `MIN_SEGMENTS` minimum segments is one segment (compacted
+/// whole, as before segments: bounded because small).
+pub const SEGMENT_SIZE: usize = 256 * 1024;
+/// Segments a compaction step reads at most (the one at the hand and the
+/// next ones in order, `shard/segments.rs`). Four: a step frees a segment
+/// while fewer than three in four entries were read since the hand last
+/// passed.
+pub const MERGE_SEGMENTS: usize = 4;
+/// Smallest segment: an entry with the longest key (64 KiB) and a spilled
+/// value's reference must fit in one.
+pub const MIN_SEGMENT_SIZE: usize = 96 * 1024;
+/// Fewest segments of a segmented arena: a smaller one is a single
+/// segment (shards under about 600 KiB). A segmented shard holds up to one
+/// segment less than its arena (the head fills while the others are full),
+/// so few segments would waste much of a small shard.
+pub const MIN_SEGMENTS: usize = 16;
+/// Segment link meaning "none" (the newest segment's next, an empty free list).
+pub const NO_SEGMENT: u32 = u32::MAX;
 /// Default target size of one shard when the caller leaves the count open:
 /// small enough that a compaction pause stays short.
 pub const TARGET_SHARD_SIZE: usize = 2 * 1024 * 1024;
@@ -192,6 +221,13 @@ pub mod sh {
     /// there are reserved, the rest of the index is a hole never touched.
     /// 0 in preallocated files.
     pub const ACTIVE_SLOTS: usize = 88;
+    /// The most arena bytes one write's compactions examined (a statistic,
+    /// written only inside a move: the line is then being written anyway).
+    pub const MAX_STEP_BYTES: usize = 96;
+    /// Bytes of free segments' pages given back (`give_back`): they lie
+    /// below `ARENA_RESERVED` but are not held.
+    pub const PUNCHED: usize = 104;
+
     /// SIEVE hand: arena offset where the next eviction scan starts.
     pub const HAND: usize = 128;
     /// Nonzero while a write that moves or clears entries (compaction,
@@ -210,6 +246,20 @@ pub mod sh {
     pub const SALVAGES: usize = 200;
     /// Entries dropped by repairs and resets after a crash or corruption.
     pub const ENTRIES_LOST: usize = 208;
+    /// The newest segment, where entries are appended (`BUMP` lies in it).
+    /// Segment words (see `shard/segments.rs`) change when a segment fills
+    /// and when a compaction step merges segments: about once per segment
+    /// of appends.
+    pub const HEAD: usize = 216;
+    /// The oldest segment in use; the chain runs from it to `HEAD`.
+    pub const TAIL: usize = 224;
+    /// First segment of the free list (`NO_SEGMENT`: empty).
+    pub const FREE: usize = 232;
+    /// Segments [0, FRESH) have been used; the others were never written.
+    pub const FRESH: usize = 240;
+    /// Bytes used in the segments before the head (the head's are
+    /// `BUMP` minus its start).
+    pub const SEALED_BYTES: usize = 248;
 }
 
 /// Value of `sh::MAGIC` in every initialised shard ("NCSHARD1").
@@ -250,9 +300,11 @@ pub const TOMBSTONE: u64 = u64::MAX;
 pub const SLOT_VISITED: u64 = 1 << 63;
 
 const _: () = assert!(MUTEX_BYTES <= sh::WRITING);
+const _: () = assert!(ENTRY_HEADER + MAX_KEY_LEN + 4096 <= MIN_SEGMENT_SIZE);
 const _: () = assert!(sh::SETS + 8 <= sh::SEQ && sh::SEQ % 64 == 0);
 const _: () = assert!(sh::ACTIVE_SLOTS + 8 <= sh::HAND && sh::HAND % 64 == 0);
-const _: () = assert!(sh::ENTRIES_LOST + 8 <= SHARD_HEADER_SIZE);
+const _: () = assert!(sh::PUNCHED + 8 <= 128);
+const _: () = assert!(sh::SEALED_BYTES + 8 <= SHARD_HEADER_SIZE);
 
 /// Bytes an entry with these lengths occupies in the arena.
 #[inline]
@@ -324,14 +376,43 @@ impl Geometry {
         HEADER_SIZE + self.shard_count * self.shard_size
     }
 
+    /// Offset of the segment table inside a shard: right after the
+    /// header, so that the header, the table and a lazy shard's initial
+    /// index are one reserved prefix.
+    pub fn segment_table_offset(&self) -> usize {
+        SHARD_HEADER_SIZE
+    }
+
+    /// Bytes the segment table takes: one word per segment of the smallest
+    /// size the shard could hold, padded to a cache line (a 2 MiB shard: 256
+    /// bytes; the largest, 16 GiB: 2 MiB, 1/8192 of it).
+    fn segment_table_size(&self) -> usize {
+        ((self.shard_size / MIN_SEGMENT_SIZE).max(1) * 8).next_multiple_of(64)
+    }
+
     /// Offset of the slot index inside a shard.
     pub fn index_offset(&self) -> usize {
-        SHARD_HEADER_SIZE
+        self.segment_table_offset() + self.segment_table_size()
     }
 
     /// Offset of the arena inside a shard.
     pub fn arena_offset(&self) -> usize {
-        (SHARD_HEADER_SIZE + self.slots_per_shard * 8 + 63) & !63
+        (self.index_offset() + self.slots_per_shard * 8 + 63) & !63
+    }
+
+    /// Segments of a shard's arena and their size: 1/32 of the arena
+    /// clamped to [`MIN_SEGMENT_SIZE`, `SEGMENT_SIZE`], then the arena
+    /// divided evenly among as many as fit (64-byte aligned, so a segment
+    /// may be a little above `SEGMENT_SIZE`); one segment (the whole arena)
+    /// when that leaves fewer than `MIN_SEGMENTS`.
+    pub fn segments(&self) -> (usize, usize) {
+        let arena = self.arena_size();
+        let size = (arena / 32).clamp(MIN_SEGMENT_SIZE, SEGMENT_SIZE);
+        let count = arena / size;
+        if count < MIN_SEGMENTS {
+            return (1, arena & !(ENTRY_ALIGN - 1));
+        }
+        (count, (arena / count) & !63)
     }
 
     /// Bytes of arena per shard.
@@ -345,12 +426,16 @@ impl Geometry {
     }
 
     /// The largest entry (header + key + value, padded) a set accepts.
-    /// Half the arena: compaction can always make room for it.
+    /// One segment (an empty segment always holds it; larger values are
+    /// spilled to files, see `Cache::spills`), or half the arena of a shard
+    /// of one segment (compaction can always make room for it).
     /// Never above `MAX_ENTRY_SIZE`: an entry stores its value length in
     /// 31 bits, and a longer value would be cut (its tail then parsed as
     /// entries of its own).
     pub fn max_entry_size(&self) -> usize {
-        (self.arena_size() / 2).min(MAX_ENTRY_SIZE) & !(ENTRY_ALIGN - 1)
+        let (count, size) = self.segments();
+        let most = if count == 1 { self.arena_size() / 2 } else { size };
+        most.min(MAX_ENTRY_SIZE) & !(ENTRY_ALIGN - 1)
     }
 
     /// Check that the geometry is self-consistent and within limits.
@@ -521,7 +606,11 @@ mod tests {
         let g = Geometry::for_size(64 << 20, 0).unwrap();
         assert_eq!(g.shard_count, 32);
         assert!(g.total_size() <= 64 << 20);
-        assert!(g.max_entry_size() > 512 * 1024);
+        // 2 MiB shards: 18 segments of about 97 KiB; an entry fits in one.
+        let (count, size) = g.segments();
+        assert_eq!(count, 18);
+        assert!(size >= MIN_SEGMENT_SIZE && size % 64 == 0 && count * size <= g.arena_size());
+        assert_eq!(g.max_entry_size(), size);
         let tiny = Geometry::for_size(HEADER_SIZE + MIN_SHARD_SIZE, 0).unwrap();
         assert_eq!(tiny.shard_count, 1);
     }

@@ -55,6 +55,10 @@ pub struct ShardStats {
     /// Spilled values refused (file missing, swapped, a symlink, wrong
     /// owner, mode, length or checksum) and dropped (whole cache only).
     pub spill_refused: u64,
+    /// The most arena bytes the compactions of one write examined, in any
+    /// shard (a maximum, not a sum): bounded by a few segments whatever the
+    /// shard's size (`shard/segments.rs`). Not in `fields()` yet.
+    pub max_compaction_bytes: u64,
 }
 
 impl ShardStats {
@@ -108,6 +112,7 @@ impl std::ops::AddAssign for ShardStats {
         self.spilled_bytes = self.spilled_bytes.wrapping_add(o.spilled_bytes);
         self.spilled_values = self.spilled_values.wrapping_add(o.spilled_values);
         self.spill_refused = self.spill_refused.wrapping_add(o.spill_refused);
+        self.max_compaction_bytes = self.max_compaction_bytes.max(o.max_compaction_bytes);
     }
 }
 

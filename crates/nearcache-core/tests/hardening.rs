@@ -197,6 +197,14 @@ fn plausible_word(rng: &mut Rng, g: &Geometry) -> u64 {
     }
 }
 
+/// A plausible segment-table word: a link to a segment (or none) and a
+/// used count within (or just past) a segment.
+fn plausible_segment_word(rng: &mut Rng, g: &Geometry) -> u64 {
+    let (count, size) = g.segments();
+    let next = if rng.below(4) == 0 { u32::MAX as u64 } else { rng.below(count as u64 + 2) };
+    next << 32 | (rng.below(size as u64 + 64) & !3)
+}
+
 /// Rewrite random words of shard `target` (header past the mutex, index
 /// and arena) from a second mapping while this process runs operations on
 /// every shard. The process must not crash or panic; every shard other than
@@ -226,12 +234,25 @@ fn scribble_while_operating(shard_size: usize, shards: usize, target: usize, ops
             // live process is taken over, one naming a live process (small
             // values: init, kernel threads) costs a bounded wait.
             let header_words = (SHARD_HEADER_SIZE - 8) / 8;
+            let segments = g.segments().0 as u64;
             while !stop.load(Ordering::Relaxed) {
-                let off = match rng.below(25) {
+                let off = match rng.below(28) {
                     0 => base, // the lock word (and the unused bytes after it)
                     1..=8 => base + 8 + 8 * rng.below(header_words as u64) as usize,
                     9..=16 => {
-                        base + SHARD_HEADER_SIZE + 8 * rng.below(g.slots_per_shard as u64) as usize
+                        base + g.index_offset() + 8 * rng.below(g.slots_per_shard as u64) as usize
+                    }
+                    25..=27 => {
+                        // The segment table, with words that pass its cheap
+                        // checks now and then.
+                        let off =
+                            base + g.segment_table_offset() + 8 * rng.below(segments) as usize;
+                        if rng.below(2) == 0 {
+                            raw.write_u64(off, plausible_segment_word(&mut rng, &g));
+                            scribbles.fetch_add(1, Ordering::Relaxed);
+                            continue;
+                        }
+                        off
                     }
                     _ => {
                         base + g.arena_offset()

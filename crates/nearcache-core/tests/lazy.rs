@@ -385,10 +385,16 @@ fn a_full_file_system_means_eviction_within_held_space() {
     let inline_only =
         Cache::open(&path, &OpenOptions { size: None, spill_budget: 0, ..OpenOptions::default() })
             .unwrap();
+    // (Segmented shards take no entry above one segment: a larger one is
+    // refused before the file system is asked.)
     match inline_only.set(b"big", &vec![1u8; 2 << 20], 0, 0) {
         Err(nearcache_core::Error::Full(m)) => assert!(m.contains("nothing was changed"), "{m}"),
+        Err(nearcache_core::Error::ValueTooLarge { max, .. }) => {
+            assert_eq!(max, inline_only.max_entry_size())
+        }
         other => panic!("expected Full, got {other:?}"),
     }
+    assert_eq!(inline_only.get(b"big").unwrap().unwrap().data, b"old");
     drop(inline_only);
     // Spilled, the value needs a 2 MiB file on a full file system: ENOSPC
     // is a clear error, the old value stays, and no partial file is left.
@@ -409,4 +415,31 @@ fn a_full_file_system_means_eviction_within_held_space() {
     assert_eq!(c.get(b"big").unwrap().unwrap().data, b"old");
     c.set(b"after", b"v", 0, 0).unwrap();
     assert_eq!(c.get(b"after").unwrap().unwrap().data, b"v");
+}
+
+#[test]
+fn a_segmented_shard_refused_growth_within_its_first_segment_evicts_in_place() {
+    // One 8 MiB shard (segments of about 256 KiB) whose growth the file
+    // system refuses after about 100 KiB: there is no second segment to
+    // take, so sets evict within the head segment itself.
+    let Some(fs) = SmallTmpfs::mount() else { return };
+    let path = fs.mnt.join("c");
+    let opts = OpenOptions {
+        shards: 1,
+        fs_reserve: Some((1 << 20) - (128 << 10)),
+        ..opts(4096 + (8 << 20))
+    };
+    let c = Cache::open(&path, &opts).unwrap();
+    assert!(c.geometry().segments().0 > 1);
+    for i in 0..3_000 {
+        let key = format!("k{i}");
+        c.set(key.as_bytes(), &value(i, 200), 0, 0).unwrap();
+        assert_eq!(c.get(key.as_bytes()).unwrap().unwrap().data, value(i, 200));
+        let _ = c.get(format!("k{}", i / 2).as_bytes()).unwrap();
+    }
+    let s = c.stats().unwrap();
+    assert!(s.evictions > 0, "{s:?}");
+    assert!(s.held_bytes <= 256 << 10, "{s:?}");
+    assert_eq!(s.corruptions, 0, "{s:?}");
+    c.check().unwrap();
 }

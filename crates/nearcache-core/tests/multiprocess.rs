@@ -200,6 +200,49 @@ fn sigkill_inside_a_shard_lock_does_not_wedge() {
 }
 
 #[test]
+fn sigkill_inside_a_segmented_shard_keeps_every_complete_entry() {
+    // One 4 MiB shard (32 segments), filled over several of them and past
+    // capacity (so the chain has been merged and segments reused), then a
+    // holder killed mid-write: the repair walks the segment chain from its
+    // tail and keeps every complete entry.
+    let d = TempDir::new("killseg");
+    let path = d.file("c");
+    let c = Cache::open(&path, &opts(4096 + (4 << 20), 1)).unwrap();
+    assert!(c.geometry().segments().0 > 1);
+    let n = 30_000;
+    for i in 0..n {
+        c.set(format!("k{i}").as_bytes(), &make_value(b"v", i, 200), 0, 0).unwrap();
+    }
+    assert!(c.stats().unwrap().evictions > 0);
+    let held: Vec<u64> =
+        (0..n).filter(|i| c.get(format!("k{i}").as_bytes()).unwrap().is_some()).collect();
+    assert!(held.len() > 5_000, "{} entries held", held.len());
+    let victim = format!("k{}", held[held.len() / 2]);
+    let mut child = spawn_child("hold", &path, &victim);
+    let marker = path.with_extension("locked");
+    let start = Instant::now();
+    while !marker.exists() {
+        assert!(start.elapsed() < Duration::from_secs(20), "child never took the lock");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // SAFETY: kill has no memory-safety preconditions; the pid is our child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    child.wait().unwrap();
+    for &i in &held {
+        let v = c.get(format!("k{i}").as_bytes()).unwrap().expect("a complete entry was lost");
+        assert_eq!(v.data, make_value(b"v", i, 200));
+    }
+    c.check().unwrap();
+    let st = c.stats().unwrap();
+    assert_eq!((st.salvages, st.resets, st.entries_lost), (1, 0, 0));
+    // It goes on evicting and merging segments afterwards.
+    for i in n..n + 20_000 {
+        c.set(format!("k{i}").as_bytes(), &make_value(b"v", i, 200), 0, 0).unwrap();
+    }
+    c.check().unwrap();
+}
+
+#[test]
 fn reattach_after_everyone_died_repairs_mid_write_shards() {
     // A file whose shard was left mid-write by a process that is gone, and
     // nobody attached: the next opener is alone, re-initialises the locks

@@ -92,14 +92,19 @@ def test_full_tmpfs_evicts_within_held_space(tiny_tmpfs: Path) -> None:
         assert stats["evictions"] > 0, stats
         assert stats["held_bytes"] <= 2 << 20, stats
         cache.set("big", b"old")
-        # Inline only: an entry larger than the shard's held space.
+        # Inline only: an entry larger than the shard's held space (in a
+        # segmented shard, larger than a segment: refused before the file
+        # system is asked).
         inline = NativeCache(path, 0, 0, create=False, spill_budget=0)
         try:
             inline.set("big", b"x" * (4 << 20))
         except _native.CacheFullError as exc:
             assert "nothing was changed" in str(exc)
+        except _native.ValueTooLargeError as exc:
+            assert "the cache was left unchanged" in str(exc)
         else:
             raise AssertionError("a 4 MiB entry fit in a 2 MiB file system")
+        assert inline.get("big") == b"old"
         inline.close()
         # Spilled: the file does not fit the file system either.
         try:

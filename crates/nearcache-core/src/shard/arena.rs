@@ -131,7 +131,7 @@ impl Shard {
         if !self.lazy {
             return Ok(());
         }
-        self.reserve(0, SHARD_HEADER_SIZE + self.initial_active * 8).map_err(|e| {
+        self.reserve(0, self.index_off + self.initial_active * 8).map_err(|e| {
             if crate::file::is_no_room(&e) {
                 Error::Full(format!(
                     "cannot reserve a shard header: {e} (the file system is full, or down to \
@@ -198,14 +198,14 @@ impl<'a> ShardGuard<'a> {
         }
         let active = self.active_slots().unwrap_or(self.shard.initial_active);
         let reserved = self.arena_reserved().unwrap_or(0);
-        let index_end = (SHARD_HEADER_SIZE + active * 8).div_ceil(PAGE);
+        let index_end = (self.shard.index_off + active * 8).div_ceil(PAGE);
         let mut pages = index_end;
         if reserved > 0 {
             let from = (self.shard.arena_off / PAGE).max(index_end);
             let to = (self.shard.arena_off + reserved).div_ceil(PAGE);
             pages += to.saturating_sub(from);
         }
-        (pages * PAGE) as u64
+        ((pages * PAGE) as u64).saturating_sub(self.hdr(sh::PUNCHED))
     }
 
     /// Read and check the entry at arena offset `off` (below `bump`).
@@ -354,7 +354,7 @@ impl<'a> ShardGuard<'a> {
         }
         self.set_hdr(sh::ACTIVE_SLOTS, self.shard.initial_active as u64);
         self.set_hdr(sh::ARENA_RESERVED, 0);
-        let keep = (SHARD_HEADER_SIZE + self.shard.initial_active * 8).div_ceil(PAGE) * PAGE;
+        let keep = (self.shard.index_off + self.shard.initial_active * 8).div_ceil(PAGE) * PAGE;
         let end = self.shard.arena_off + self.shard.arena_size;
         if end > keep {
             // Best effort: a file system that cannot punch holes keeps the
@@ -374,16 +374,12 @@ impl<'a> ShardGuard<'a> {
     /// Call `f` on every entry not marked dead (live or expired), in arena
     /// order. Reads only.
     pub(super) fn walk_indexed(&self, mut f: impl FnMut(&Entry)) -> Check<()> {
-        let bump = self.bump()?;
-        let mut off = 0;
-        while off < bump {
-            let e = self.entry(off, bump)?;
+        self.walk_entries(|e| {
             if !e.is_dead() {
-                f(&e);
+                f(e);
             }
-            off += e.size;
-        }
-        Ok(())
+            Ok(())
+        })
     }
 
     /// The reference of a spilled entry, None for an inline one (or a

@@ -156,6 +156,15 @@ impl<'a> ShardGuard<'a> {
         if !self.shard.lazy || need == 0 {
             return 0;
         }
+        if self.segmented() {
+            self.begin_write();
+            let given = self.give_back_segments(need, now).unwrap_or_else(|c| {
+                self.recover(c);
+                0
+            });
+            self.end_write();
+            return given;
+        }
         let Ok(reserved) = self.arena_reserved() else { return 0 };
         if reserved == 0 {
             return 0;
@@ -267,6 +276,7 @@ impl<'a> ShardGuard<'a> {
         if evict && self.compact_from_hand(need, bump, reserved, active, items, t)? {
             return Ok(());
         }
+        self.note_examined(bump);
         let mut kept = if items.saturating_mul(SPARSE_ARENA_BYTES_PER_ITEM) <= bump {
             self.gather_from_index(bump, active, items)?
         } else {
@@ -369,6 +379,7 @@ impl<'a> ShardGuard<'a> {
             return Ok(false);
         }
         // What lies behind the hand, and the slot of each live entry.
+        self.note_examined(bump - hand);
         let mut region = Vec::new();
         let mut off = hand;
         while off < bump {

@@ -47,6 +47,8 @@ pub(crate) struct ShardGuard<'a> {
     /// Depth of this guard's begin_move/end_move brackets (`seq` is odd
     /// while it is above zero).
     moving: Cell<u32>,
+    /// Arena bytes this guard's compactions examined (`note_examined`).
+    pub(super) examined: Cell<usize>,
 }
 
 impl Drop for ShardGuard<'_> {
@@ -116,6 +118,7 @@ impl Shard {
             locked: true,
             writing: Cell::new(false),
             moving: Cell::new(0),
+            examined: Cell::new(0),
         };
         if how == Acquired::OwnerDied {
             g.repair_after_owner_death();
@@ -134,7 +137,13 @@ impl<'a> ShardGuard<'a> {
     /// they read (optimistic gets, counters), and for initialisation
     /// while no other process has the file mapped. Never unlocks.
     pub(super) fn unlocked(shard: &'a Shard) -> Self {
-        ShardGuard { shard, locked: false, writing: Cell::new(false), moving: Cell::new(0) }
+        ShardGuard {
+            shard,
+            locked: false,
+            writing: Cell::new(false),
+            moving: Cell::new(0),
+            examined: Cell::new(0),
+        }
     }
 
     pub(super) fn hdr(&self, field: usize) -> u64 {
@@ -225,10 +234,16 @@ impl<'a> ShardGuard<'a> {
         Ok(a as usize)
     }
 
-    /// The bump pointer, checked against the reserved arena.
+    /// The bump pointer, checked against the head segment and the
+    /// reserved arena (a new head not yet reserved has its bump at its
+    /// start: nothing below it is read).
     pub(super) fn bump(&self) -> Check<usize> {
         let b = self.hdr(sh::BUMP);
-        if b > self.arena_reserved()? as u64 || b % ENTRY_ALIGN as u64 != 0 {
+        let start = self.seg_start(self.head()?) as u64;
+        if b < start || b - start > self.shard.seg_size as u64 || b % ENTRY_ALIGN as u64 != 0 {
+            return Err(Corrupt("bump pointer outside the head segment"));
+        }
+        if b > self.arena_reserved()? as u64 && b != start {
             return Err(Corrupt("bump pointer outside the reserved arena"));
         }
         Ok(b as usize)
@@ -237,6 +252,7 @@ impl<'a> ShardGuard<'a> {
     /// Cheap checks of the header words before trusting them.
     pub(super) fn sanity(&self) -> Check<()> {
         self.bump()?;
+        self.chain()?;
         let slots = self.active_slots()? as u64;
         if self.hdr(sh::SLOTS_USED) > slots
             || self.hdr(sh::TOMBSTONES) > self.hdr(sh::SLOTS_USED)
@@ -263,7 +279,8 @@ impl<'a> ShardGuard<'a> {
             compactions: self.hdr(sh::COMPACTIONS),
             items: self.hdr(sh::ITEMS),
             live_bytes: self.hdr(sh::LIVE_BYTES),
-            used_bytes: self.hdr(sh::BUMP),
+            used_bytes: self.used_bytes() as u64,
+            max_compaction_bytes: self.hdr(sh::MAX_STEP_BYTES),
             capacity_bytes: self.shard.arena_size as u64,
             held_bytes: self.held_bytes(),
             ..ShardStats::default()

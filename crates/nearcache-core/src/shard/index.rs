@@ -42,10 +42,10 @@ impl<'a> ShardGuard<'a> {
         // SAFETY: every caller passes i < active <= slots (home_slot and
         // next_slot stay below the active count, which active_slots()
         // checks against slots; scans run over 0..active), so the word is
-        // inside the index that follows the shard header; index words are
+        // inside the index (at index_off, after the segment table); index words are
         // 8-byte aligned (the shard and its header are), live as long as
         // the mapping, and are only ever accessed atomically.
-        unsafe { &*(self.shard.base.add(SHARD_HEADER_SIZE + i * 8) as *const AtomicU64) }
+        unsafe { &*(self.shard.base.add(self.shard.index_off + i * 8) as *const AtomicU64) }
     }
 
     /// Slot `i`, read once.
@@ -98,9 +98,10 @@ impl<'a> ShardGuard<'a> {
         ((v & !SLOT_VISITED) >> 32) as u32
     }
 
-    /// Find `key` in the index. Entries are checked against `bound` (the
-    /// bump pointer under the lock, the reserved arena without it).
-    pub(super) fn probe(&self, key: &[u8], hash: u64, bound: usize) -> Check<Probe> {
+    /// Find `key` in the index. Entries are checked against `bound`: the
+    /// reserved arena without the lock; None under the lock, where each is
+    /// checked against the used part of its segment (`used_end`).
+    pub(super) fn probe(&self, key: &[u8], hash: u64, bound: Option<usize>) -> Check<Probe> {
         let active = self.active_slots()?;
         let tag = tag_of(hash);
         let mut i = home_slot(tag, active);
@@ -115,7 +116,11 @@ impl<'a> ShardGuard<'a> {
             if v == TOMBSTONE {
                 free_slot.get_or_insert(i);
             } else if Self::slot_tag(v) == tag {
-                let e = self.entry(Self::slot_entry_off(v), bound)?;
+                let off = Self::slot_entry_off(v);
+                let e = match bound {
+                    Some(b) => self.entry(off, b)?,
+                    None => self.entry(off, self.used_end(off)?)?,
+                };
                 if self.key_equals(&e, key) {
                     if e.is_dead() {
                         return Err(Corrupt("index points at a dead entry"));
@@ -136,9 +141,9 @@ impl<'a> ShardGuard<'a> {
             self.set_hdr(sh::ACTIVE_SLOTS, self.shard.initial_active as u64);
             self.shard.initial_active
         });
-        // SAFETY: the index is slots*8 bytes right after the shard header
+        // SAFETY: the index is slots*8 bytes at index_off (after the segment table)
         // and active <= slots; in a lazy file these words are reserved.
-        unsafe { ptr::write_bytes(self.shard.base.add(SHARD_HEADER_SIZE), 0, active * 8) };
+        unsafe { ptr::write_bytes(self.shard.base.add(self.shard.index_off), 0, active * 8) };
         active
     }
 
@@ -150,7 +155,7 @@ impl<'a> ShardGuard<'a> {
             return false;
         }
         let new = (active * 2).min(self.shard.slots);
-        let base = SHARD_HEADER_SIZE;
+        let base = self.shard.index_off;
         if self.shard.reserve(base + active * 8, base + new * 8).is_err() {
             return false;
         }

@@ -12,6 +12,8 @@
 //! * `optimistic`: gets without the lock, validated by `seq`.
 //! * `compaction`: dropping dead entries and SIEVE eviction, from the hand
 //!   or over the whole arena; giving memory back; evicting spilled values.
+//! * `segments`: the arena cut into fixed segments, a FIFO of them, and
+//!   the compaction step that merges a few at a time.
 //! * `repair`: salvage after a dead writer, resets after corruption, the
 //!   full invariant check.
 //! * `entry_ref`: [`EntryRef`], a found value handed to the caller.
@@ -79,6 +81,7 @@ mod guard;
 mod index;
 mod optimistic;
 mod repair;
+mod segments;
 
 use arena::Entry;
 pub(crate) use arena::{has_dropped, take_dropped};
@@ -127,6 +130,12 @@ pub(crate) struct Shard {
     stripes: Stripes,
     /// Bits of a version that hold the entry's offset (see "Versions").
     ver_bits: u32,
+    /// Segments of the arena and their size (`segments.rs`).
+    seg_count: usize,
+    seg_size: usize,
+    /// Offsets of the segment table and of the index in the shard.
+    table_off: usize,
+    index_off: usize,
 }
 
 // SAFETY: a Shard is a pointer into a MAP_SHARED mapping that outlives it
@@ -146,8 +155,19 @@ enum Room {
     /// The index reached its load limit.
     IndexFull,
     /// The entry does not fit between the bump pointer and the end of the
-    /// reserved arena.
+    /// reserved arena (but fits in the head segment).
     ArenaFull { bump: usize },
+    /// The entry does not fit in the head segment.
+    HeadFull { bump: usize },
+}
+
+/// What a write tried already to make room in a segmented shard.
+#[derive(Default)]
+struct RoomState {
+    /// A step dropped dead entries instead of growing.
+    dropped_dead: bool,
+    /// The file system refused to grow the arena.
+    grow_refused: bool,
 }
 
 /// How `set` treats an existing entry.
@@ -254,6 +274,10 @@ impl Shard {
             max_entry: geo.max_entry_size(),
             stripes,
             ver_bits: version_offset_bits(geo.arena_size()),
+            seg_count: geo.segments().0,
+            seg_size: geo.segments().1,
+            table_off: geo.segment_table_offset(),
+            index_off: geo.index_offset(),
         }
     }
 
@@ -342,8 +366,7 @@ impl<'a> ShardGuard<'a> {
     /// and reads as a miss.
     fn lookup_live(&self, key: &[u8], hash: u64, now: &mut Now) -> Option<(usize, Entry)> {
         let res = (|| {
-            let bump = self.bump()?;
-            let p = self.probe(key, hash, bump)?;
+            let p = self.probe(key, hash, None)?;
             Ok(p.found)
         })();
         match res {
@@ -476,6 +499,7 @@ impl<'a> ShardGuard<'a> {
         // shard is being rewritten concurrently: then give up, not loop.
         let mut evicted = false;
         let mut dropped_dead = false;
+        let mut state = RoomState::default();
         for _attempt in 0..8 {
             let room = (|| -> Check<Room> {
                 let off = self.bump()?;
@@ -484,17 +508,31 @@ impl<'a> ShardGuard<'a> {
                 if self.hdr(sh::SLOTS_USED) as usize >= active * 3 / 4 {
                     return Ok(Room::IndexFull);
                 }
+                if size > self.head_end()? - off {
+                    return Ok(Room::HeadFull { bump: off });
+                }
                 if off > reserved || size > reserved - off {
                     return Ok(Room::ArenaFull { bump: off });
                 }
-                Ok(match self.probe(key, hash, off)?.free_slot {
+                Ok(match self.probe(key, hash, None)?.free_slot {
                     Some(slot) => Room::Place(off, slot),
                     None => Room::IndexFull,
                 })
             })();
+            let room = match room {
+                Ok(r) if self.segmented() && !matches!(r, Room::Place(..)) => {
+                    match self.make_room_segmented(r, size, now, &mut state) {
+                        Ok(true) => continue,
+                        Ok(false) => Ok(Room::HeadFull { bump: 0 }),
+                        Err(c) => Err(c),
+                    }
+                }
+                Ok(Room::HeadFull { bump }) => Ok(Room::ArenaFull { bump }),
+                r => r,
+            };
             let (off, slot) = match room {
                 Ok(Room::Place(off, slot)) => (off, slot),
-                Ok(_) if evicted => {
+                Ok(_) if evicted || self.segmented() => {
                     self.recover(Corrupt("no room after compaction"));
                     evicted = false;
                     continue;
@@ -512,7 +550,7 @@ impl<'a> ShardGuard<'a> {
                     self.end_move();
                     continue;
                 }
-                Ok(Room::ArenaFull { bump }) => {
+                Ok(Room::ArenaFull { bump } | Room::HeadFull { bump }) => {
                     let reserved = self.arena_reserved().unwrap_or(0);
                     let dead = bump.saturating_sub(self.hdr(sh::LIVE_BYTES) as usize);
                     if self.shard.lazy && reserved < self.shard.arena_size {
@@ -555,6 +593,59 @@ impl<'a> ShardGuard<'a> {
         false
     }
 
+    /// Make room for an entry of `size` bytes in a segmented shard
+    /// (`segments.rs`): grow the head's reservation, take a new head, or
+    /// take a compaction step. Ok(false): no room could be made.
+    fn make_room_segmented(
+        &self,
+        room: Room,
+        size: usize,
+        now: &mut Now,
+        st: &mut RoomState,
+    ) -> Check<bool> {
+        match room {
+            Room::Place(..) => Ok(true),
+            Room::IndexFull => {
+                // Doubling the index places its slots again (no entry
+                // moves); so does an index a quarter tombstones; else a
+                // step evicts. One move: a reader must not see the new
+                // slot count before the index is rebuilt for it.
+                let active = self.active_slots()?;
+                self.begin_move();
+                let tombstones = self.hdr(sh::TOMBSTONES).saturating_mul(4);
+                let r = if self.grow_index(active) || tombstones >= self.hdr(sh::SLOTS_USED) {
+                    self.rehash_index(active).map(|_| true)
+                } else {
+                    Ok(self.step(true, now))
+                };
+                self.end_move();
+                r
+            }
+            Room::ArenaFull { bump } => {
+                // As before segments: keep held memory near the live bytes
+                // by dropping the head's dead copies before growing it
+                // when dead bytes are more than a sixth of the used ones.
+                let used = self.used_bytes();
+                let dead = used.saturating_sub(self.hdr(sh::LIVE_BYTES) as usize);
+                if !st.dropped_dead && dead * 6 > used && dead >= DEAD_SLACK {
+                    st.dropped_dead = true;
+                    if self.compact_head(now) {
+                        return Ok(true);
+                    }
+                }
+                let reserved = self.arena_reserved()?;
+                if !st.grow_refused && self.grow_arena(reserved, bump + size) {
+                    return Ok(true);
+                }
+                st.grow_refused = true;
+                self.new_head(now, &mut st.dropped_dead, false, size)
+            }
+            Room::HeadFull { .. } => {
+                self.new_head(now, &mut st.dropped_dead, !st.grow_refused, size)
+            }
+        }
+    }
+
     /// Overwrite the live entry `e` of `key`, found in slot `i`, without
     /// a move: append the new entry, point the slot at it (one atomic
     /// store: a reader finds the old entry or the new one, never neither;
@@ -575,8 +666,8 @@ impl<'a> ShardGuard<'a> {
     ) -> bool {
         let room = (|| -> Check<Option<usize>> {
             let off = self.bump()?;
-            let reserved = self.arena_reserved()?;
-            Ok((off <= reserved && size <= reserved - off).then_some(off))
+            let end = self.arena_reserved()?.min(self.head_end()?);
+            Ok((off <= end && size <= end - off).then_some(off))
         })();
         // A failed check is met again, and repaired, on the insert path.
         let Ok(Some(off)) = room else { return false };
@@ -804,34 +895,24 @@ impl<'a> ShardGuard<'a> {
     /// Call `f(key, value_len, flags, expires)` for each live entry, in
     /// arena order. Stops early on corruption (after resetting).
     pub(crate) fn for_each_live(&self, now: &mut Now, mut f: impl FnMut(&[u8], &Entry0)) {
-        let res = (|| {
-            let bump = self.bump()?;
-            let mut off = 0;
-            let mut key = Vec::new();
-            let t = now.get();
-            while off < bump {
-                let e = self.entry(off, bump)?;
-                if !e.is_dead() && !e.expired(t) {
-                    key.resize(e.key_len, 0);
-                    // SAFETY: key bytes inside the checked entry.
-                    unsafe { self.shard.copy_out(off + ENTRY_HEADER, key.as_mut_ptr(), e.key_len) };
-                    let value_len = match self.spilled_ref(&e) {
-                        Some(r) => r.len as usize,
-                        None => e.val_len,
-                    };
-                    f(
-                        &key,
-                        &Entry0 {
-                            value_len,
-                            flags: e.flags & !FLAG_SPILLED,
-                            expires_ms: e.expires,
-                        },
-                    );
-                }
-                off += e.size;
+        let mut key = Vec::new();
+        let t = now.get();
+        let res = self.walk_entries(|e| {
+            if !e.is_dead() && !e.expired(t) {
+                key.resize(e.key_len, 0);
+                // SAFETY: key bytes inside the checked entry.
+                unsafe { self.shard.copy_out(e.off + ENTRY_HEADER, key.as_mut_ptr(), e.key_len) };
+                let value_len = match self.spilled_ref(e) {
+                    Some(r) => r.len as usize,
+                    None => e.val_len,
+                };
+                f(
+                    &key,
+                    &Entry0 { value_len, flags: e.flags & !FLAG_SPILLED, expires_ms: e.expires },
+                );
             }
             Ok(())
-        })();
+        });
         if let Err(c) = res {
             self.recover(c);
         }

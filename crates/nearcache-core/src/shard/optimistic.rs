@@ -80,12 +80,13 @@ impl Shard {
             // would pull the line that writes change into this core. A
             // published slot leads below the bump pointer; anything else
             // is a torn read, still inside reserved pages.
-            let found = match view.arena_reserved().and_then(|bound| view.probe(key, hash, bound)) {
-                Ok(p) => p.found,
-                // Torn (an entry overwritten or deleted under us, marked
-                // dead) or corrupt: retry, and let the lock decide.
-                Err(_) => continue,
-            };
+            let found =
+                match view.arena_reserved().and_then(|bound| view.probe(key, hash, Some(bound))) {
+                    Ok(p) => p.found,
+                    // Torn (an entry overwritten or deleted under us, marked
+                    // dead) or corrupt: retry, and let the lock decide.
+                    Err(_) => continue,
+                };
             let Some((i, e)) = found else {
                 if self.seq_unchanged(before) {
                     self.stripes.add(Counter::Misses);

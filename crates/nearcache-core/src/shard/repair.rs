@@ -37,6 +37,7 @@ impl<'a> ShardGuard<'a> {
         for f in [sh::BUMP, sh::LIVE_BYTES, sh::ITEMS, sh::SLOTS_USED, sh::TOMBSTONES, sh::HAND] {
             self.set_hdr(f, 0);
         }
+        self.reset_segments();
         self.end_move();
         if !nested {
             self.end_write();
@@ -84,22 +85,27 @@ impl<'a> ShardGuard<'a> {
     /// Rebuild the index and counters from the arena. Fails (leaving the
     /// shard for a reset) if the arena itself does not parse.
     pub(super) fn salvage(&self) -> Check<u64> {
-        let bump = self.bump()?;
-        let mut live = Vec::new();
-        let mut off = 0;
-        while off < bump {
-            let e = self.entry(off, bump)?;
-            if !e.is_dead() {
-                live.push(e);
-            }
-            off += e.size;
-        }
-        let active = self.active_slots()?;
-        if live.len() > active * 3 / 4 {
-            return Err(Corrupt("more live entries than the index holds"));
-        }
         self.begin_write();
         self.begin_move();
+        let mut live = Vec::new();
+        let walked = self.salvage_segments().and_then(|_| {
+            self.walk_entries(|e| {
+                if !e.is_dead() {
+                    live.push(*e);
+                }
+                Ok(())
+            })?;
+            let active = self.active_slots()?;
+            if live.len() > active * 3 / 4 {
+                return Err(Corrupt("more live entries than the index holds"));
+            }
+            Ok(())
+        });
+        if let Err(c) = walked {
+            self.end_move();
+            self.end_write();
+            return Err(c);
+        }
         self.zero_index();
         let mut items = 0u64;
         let mut live_bytes = 0u64;
@@ -108,7 +114,7 @@ impl<'a> ShardGuard<'a> {
             let hash = self.entry_hash(e, &mut key);
             // A key found twice (never by our writers; possible in a
             // scribbled file) keeps its later entry.
-            let slot = match self.probe(&key, hash, bump) {
+            let slot = match self.probe(&key, hash, None) {
                 Ok(Probe { found: Some((i, old)), .. }) => {
                     self.mark_dead(&old);
                     items -= 1;
@@ -135,7 +141,7 @@ impl<'a> ShardGuard<'a> {
         self.set_hdr(sh::SLOTS_USED, items);
         self.set_hdr(sh::TOMBSTONES, 0);
         self.set_hdr(sh::LIVE_BYTES, live_bytes);
-        if self.hdr(sh::HAND) > bump as u64 {
+        if !self.segmented() && self.hdr(sh::HAND) > self.hdr(sh::BUMP) {
             self.set_hdr(sh::HAND, 0);
         }
         self.end_move();
@@ -158,27 +164,29 @@ impl<'a> ShardGuard<'a> {
             return Err("shard marked mid-write outside a write".into());
         }
         self.sanity().map_err(s)?;
-        let bump = self.bump().map_err(s)?;
-        let mut off = 0;
+        self.check_segments()?;
         let mut live = 0u64;
         let mut live_bytes = 0u64;
-        while off < bump {
-            let e = self.entry(off, bump).map_err(s)?;
+        let mut unreachable = None;
+        self.walk_entries(|e| {
             if !e.is_dead() {
                 live += 1;
                 live_bytes += e.size as u64;
                 // The index must lead to exactly this entry.
                 let mut key = Vec::new();
-                let hash = self.entry_hash(&e, &mut key);
-                let p = self.probe(&key, hash, bump).map_err(s)?;
-                match p.found {
-                    Some((_, f)) if f.off == off => {}
+                let hash = self.entry_hash(e, &mut key);
+                match self.probe(&key, hash, None)?.found {
+                    Some((_, f)) if f.off == e.off => {}
                     _ => {
-                        return Err(format!("live entry at {off} is not reachable from the index"))
+                        unreachable.get_or_insert(e.off);
                     }
                 }
             }
-            off += e.size;
+            Ok(())
+        })
+        .map_err(s)?;
+        if let Some(off) = unreachable {
+            return Err(format!("live entry at {off} is not reachable from the index"));
         }
         let mut used = 0u64;
         let mut tombs = 0u64;
@@ -191,7 +199,8 @@ impl<'a> ShardGuard<'a> {
                 }
                 v => {
                     used += 1;
-                    let e = self.entry(Self::slot_entry_off(v), bump).map_err(s)?;
+                    let off = Self::slot_entry_off(v);
+                    let e = self.used_end(off).and_then(|end| self.entry(off, end)).map_err(s)?;
                     if e.is_dead() {
                         return Err(format!("slot {i} points at a dead entry"));
                     }

@@ -1,0 +1,850 @@
+//! Segments: the arena cut into fixed pieces, so that the work of one
+//! write never grows with the shard.
+//!
+//! Layout (`layout::Geometry::segments`): the arena is `count` segments of
+//! `size` bytes (96 KiB to about 256 KiB: 1/32 of the arena, clamped, then
+//! the arena divided evenly); an arena shorter than `MIN_SEGMENTS` (16)
+//! minimum segments (shards under about 1.6 MiB) is one segment, the whole
+//! arena, compacted whole as before segments (`compaction.rs`; bounded: the
+//! shard is small). A table of one word per segment sits between the shard
+//! header and the index: `next (u32) << 32 | used (u32)`. `used` is the bytes of entries
+//! from the segment's start (the head's lives in `BUMP`, a global arena
+//! offset, so that an append writes one word); `next` links a segment to
+//! the next newer one, or the next free one.
+//!
+//! * Entries keep global arena offsets (`segment * size + offset`):
+//!   slots, versions and the optimistic reader are unchanged. An entry
+//!   never straddles two segments.
+//! * The segments in use form a FIFO in insertion order, `TAIL` (oldest)
+//!   to `HEAD` (newest, where appends go). Emptied segments go to a free
+//!   list (`FREE`); segments from `FRESH` on were never used. A full head
+//!   is sealed (its `used` written to the table) and a new head taken:
+//!   from the free list, else a fresh segment (lazy files prefer that to
+//!   evicting while the file system allows), else by one compaction step
+//!   (a few, if the first freed only segments above a lazy file's reserved
+//!   mark). A lazy shard refused growth with nothing else to take evicts
+//!   within the head itself (SIEVE in place, then all of it).
+//! * A compaction step (`step`) is SIEVE at segment granularity with merge
+//!   (Segcache, NSDI '21): the hand is a segment and an offset in it. From
+//!   the hand on, through at most `MERGE_SEGMENTS` segments in order (never
+//!   the head), dead and expired entries are dropped, unvisited ones
+//!   evicted and visited ones kept with their mark cleared; survivors are
+//!   copied down in order (they keep their relative age: SIEVE's order,
+//!   not CLOCK's) into the first of those segments, each moved entry's
+//!   slot rewritten in place and each evicted one's purged, and the step
+//!   stops as soon as one segment is empty; emptied segments go to the
+//!   free list, and the hand stops where the survivors end. A step that
+//!   reaches its last segment without freeing one evicts that segment
+//!   regardless of marks, so it always frees one (a step that reaches the
+//!   head first wraps the hand to the tail and tries once more). A step
+//!   reads at most `MERGE_SEGMENTS` segments and a write takes at most two
+//!   steps, whatever the shard's size (`sh::MAX_STEP_BYTES` records the
+//!   most one write examined).
+//! * A step is a move (`seq` odd, `REWRITING` set): readers retry, versions
+//!   stay unique (between moves a segment's `used` only grows, and a freed
+//!   segment is reused only after the move that freed it), a holder that
+//!   dies inside one leaves the shard to be reset. Sealing a head and
+//!   taking a new one move nothing: the new head is linked in before
+//!   `HEAD` names it, so a repair after a dead holder walks the chain from
+//!   `TAIL` to the segment whose `next` is none, and rebuilds the free
+//!   list from the segments not on it.
+//! * Every table and header word is checked before use: `used` within the
+//!   segment and the reserved arena, links within the table and below
+//!   `FRESH`, walks bounded by the segment count (a cycle ends as
+//!   corruption, which resets the shard).
+
+use super::{Check, Corrupt, Entry, Now, ShardGuard};
+use crate::hash::tag_of;
+use crate::layout::*;
+use std::ptr;
+
+fn seg_word(used: u32, next: u32) -> u64 {
+    (next as u64) << 32 | used as u64
+}
+
+/// The `used` word of a free segment whose pages were given back.
+const PUNCHED_MARK: u32 = u32::MAX;
+
+/// Where a merge starts.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Start {
+    Hand,
+    Tail,
+    /// The head, in place (evicting: unvisited entries).
+    Head,
+    /// The head, in place, every entry evicted (evicting only).
+    HeadAll,
+}
+
+/// One entry a step reads: where it goes is decided before anything moves.
+struct Item {
+    e: Entry,
+    /// Index of its segment in the step's list.
+    j: usize,
+    slot: usize,
+    tag: u32,
+    visited: bool,
+}
+
+impl<'a> ShardGuard<'a> {
+    /// Whether the arena is cut into more than one segment.
+    pub(super) fn segmented(&self) -> bool {
+        self.shard.seg_count > 1
+    }
+
+    fn seg_ptr(&self, s: usize) -> *mut u64 {
+        assert!(s < self.shard.seg_count);
+        // SAFETY: the table holds seg_count words from table_off, inside
+        // the shard (Geometry::arena_offset leaves room for them); 8-aligned
+        // (the table starts on a cache line).
+        unsafe { self.shard.base.add(self.shard.table_off + s * 8) as *mut u64 }
+    }
+
+    fn seg_raw(&self, s: usize) -> u64 {
+        // SAFETY: see seg_ptr; reserved in lazy files (reserve_initial).
+        unsafe { ptr::read_volatile(self.seg_ptr(s)) }
+    }
+
+    fn set_seg(&self, s: usize, used: u32, next: u32) {
+        // SAFETY: as in seg_raw; the lock is held.
+        unsafe { ptr::write_volatile(self.seg_ptr(s), seg_word(used, next)) }
+    }
+
+    /// Where segment `s` starts in the arena.
+    pub(super) fn seg_start(&self, s: usize) -> usize {
+        s * self.shard.seg_size
+    }
+
+    /// A segment index read from the header, checked below `FRESH`.
+    fn seg_hdr(&self, field: usize) -> Check<usize> {
+        let s = self.hdr(field);
+        if s >= self.fresh()? as u64 {
+            return Err(Corrupt("segment word out of range"));
+        }
+        Ok(s as usize)
+    }
+
+    /// Segments used so far (`FRESH`), checked.
+    fn fresh(&self) -> Check<usize> {
+        let f = self.hdr(sh::FRESH);
+        if f == 0 || f > self.shard.seg_count as u64 {
+            return Err(Corrupt("fresh segment mark out of range"));
+        }
+        Ok(f as usize)
+    }
+
+    /// The head segment (appends go there), checked.
+    pub(super) fn head(&self) -> Check<usize> {
+        self.seg_hdr(sh::HEAD)
+    }
+
+    /// The bytes used in segment `s` (checked: within the segment and the
+    /// reserved arena). The head's come from `BUMP`.
+    pub(super) fn seg_used(&self, s: usize) -> Check<usize> {
+        if s == self.head()? {
+            return Ok(self.bump()? - self.seg_start(s));
+        }
+        let used = self.seg_raw(s) as u32 as usize;
+        if used > self.shard.seg_size
+            || used % ENTRY_ALIGN != 0
+            || used > 0 && self.seg_start(s) + used > self.arena_reserved()?
+        {
+            return Err(Corrupt("segment used bytes out of range"));
+        }
+        Ok(used)
+    }
+
+    /// The segment after `s` in its list, checked.
+    fn seg_next(&self, s: usize) -> Check<Option<usize>> {
+        let next = (self.seg_raw(s) >> 32) as u32;
+        if next == NO_SEGMENT {
+            return Ok(None);
+        }
+        if next as usize >= self.fresh()? {
+            return Err(Corrupt("segment link out of range"));
+        }
+        Ok(Some(next as usize))
+    }
+
+    /// The end of the used part of the segment holding arena offset `off`:
+    /// what an entry there is checked against under the lock.
+    pub(super) fn used_end(&self, off: usize) -> Check<usize> {
+        let s = off / self.shard.seg_size;
+        if s >= self.shard.seg_count {
+            return Err(Corrupt("offset beyond the last segment"));
+        }
+        Ok(self.seg_start(s) + self.seg_used(s)?)
+    }
+
+    /// The end of the head segment: appends stop there.
+    pub(super) fn head_end(&self) -> Check<usize> {
+        Ok(self.seg_start(self.head()?) + self.shard.seg_size)
+    }
+
+    /// The segments in use, oldest first (tail to head), checked: the walk
+    /// follows at most one link per segment and must end at the head.
+    pub(super) fn chain(&self) -> Check<Vec<usize>> {
+        let head = self.head()?;
+        let mut s = self.seg_hdr(sh::TAIL)?;
+        let mut out = vec![s];
+        while s != head {
+            s = self.seg_next(s)?.ok_or(Corrupt("segment chain ends before the head"))?;
+            out.push(s);
+            if out.len() > self.shard.seg_count {
+                return Err(Corrupt("segment chain has a cycle"));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Call `f` on every entry of the segments in use, oldest first.
+    pub(super) fn walk_entries(&self, mut f: impl FnMut(&Entry) -> Check<()>) -> Check<()> {
+        for s in self.chain()? {
+            let end = self.seg_start(s) + self.seg_used(s)?;
+            let mut off = self.seg_start(s);
+            while off < end {
+                let e = self.entry(off, end)?;
+                f(&e)?;
+                off += e.size;
+            }
+        }
+        Ok(())
+    }
+
+    /// Bytes used in the segments in use (statistics, heuristics).
+    pub(super) fn used_bytes(&self) -> usize {
+        let head_used = match self.head() {
+            Ok(h) => self.hdr(sh::BUMP).saturating_sub(self.seg_start(h) as u64),
+            Err(_) => 0,
+        };
+        self.hdr(sh::SEALED_BYTES).saturating_add(head_used).min(self.shard.arena_size as u64)
+            as usize
+    }
+
+    /// An empty shard's segment words: segment 0 is the head and the tail.
+    pub(super) fn reset_segments(&self) {
+        self.set_hdr(sh::HEAD, 0);
+        self.set_hdr(sh::TAIL, 0);
+        self.set_hdr(sh::FREE, NO_SEGMENT as u64);
+        self.set_hdr(sh::FRESH, 1);
+        self.set_hdr(sh::SEALED_BYTES, 0);
+        if self.hdr(sh::PUNCHED) != 0 {
+            // Segments given back lie below the mark: lowering it is always
+            // safe (the next growth reserves again, a no-op for held pages).
+            self.set_hdr(sh::ARENA_RESERVED, 0);
+            self.set_hdr(sh::PUNCHED, 0);
+        }
+        self.set_seg(0, 0, NO_SEGMENT);
+    }
+
+    /// After a dead holder: rebuild `HEAD`, `BUMP`, `SEALED_BYTES` and the
+    /// free list from the chain. The chain is followed from `TAIL` to the
+    /// segment with no next (a head being replaced was linked to its
+    /// successor before `HEAD` named it). Returns the chain.
+    pub(super) fn salvage_segments(&self) -> Check<Vec<usize>> {
+        let fresh = self.fresh()?;
+        let mut s = self.seg_hdr(sh::TAIL)?;
+        let mut chain = vec![s];
+        while let Some(n) = self.seg_next(s)? {
+            s = n;
+            chain.push(s);
+            if chain.len() > fresh {
+                return Err(Corrupt("segment chain has a cycle"));
+            }
+        }
+        let head = s;
+        let start = self.seg_start(head);
+        let bump = self.hdr(sh::BUMP) as usize;
+        let reserved = self.arena_reserved()?;
+        let head_used = if self.hdr(sh::HEAD) == head as u64
+            && bump >= start
+            && bump - start <= self.shard.seg_size
+            && bump <= reserved
+            && bump % ENTRY_ALIGN == 0
+        {
+            bump - start
+        } else {
+            (self.seg_raw(head) as u32 as usize).min(self.shard.seg_size)
+        };
+        let mut sealed = 0;
+        self.set_hdr(sh::HEAD, head as u64);
+        self.set_hdr(sh::BUMP, (start + head_used) as u64);
+        for &c in &chain[..chain.len() - 1] {
+            sealed += self.seg_used(c)?;
+        }
+        self.set_hdr(sh::SEALED_BYTES, sealed as u64);
+        let mut on_chain = vec![false; fresh];
+        for &c in &chain {
+            on_chain[c] = true;
+        }
+        self.set_hdr(sh::FREE, NO_SEGMENT as u64);
+        let mut punched = 0;
+        for f in (0..fresh).rev() {
+            if !on_chain[f] {
+                let mark = if self.seg_raw(f) as u32 == PUNCHED_MARK {
+                    punched += self.seg_pages(f, usize::MAX).map_or(0, |(a, b)| b - a);
+                    PUNCHED_MARK
+                } else {
+                    0
+                };
+                self.set_seg(f, mark, self.hdr(sh::FREE) as u32);
+                self.set_hdr(sh::FREE, f as u64);
+            }
+        }
+        self.set_hdr(sh::PUNCHED, punched as u64);
+        let hand = self.hdr(sh::HAND) as usize / self.shard.seg_size;
+        if hand >= fresh || !on_chain[hand] || hand == head {
+            self.set_hdr(sh::HAND, self.seg_start(chain[0]) as u64);
+        }
+        Ok(chain)
+    }
+
+    /// Seal the head (its used bytes go to the table) and make `new` (an
+    /// empty segment taken off the free list or fresh) the head: linked
+    /// first, named by `HEAD` after, so a repair finds it either way.
+    fn seal_and_take(&self, new: usize) -> Check<()> {
+        let head = self.head()?;
+        let used = self.seg_used(head)?;
+        self.set_seg(new, 0, NO_SEGMENT);
+        self.set_seg(head, used as u32, new as u32);
+        self.add_stat(sh::SEALED_BYTES, used as u64);
+        self.set_hdr(sh::HEAD, new as u64);
+        self.set_hdr(sh::BUMP, self.seg_start(new) as u64);
+        Ok(())
+    }
+
+    /// Put an emptied segment on the free list.
+    fn push_free(&self, s: usize) {
+        self.set_seg(s, 0, self.hdr(sh::FREE) as u32);
+        self.set_hdr(sh::FREE, s as u64);
+    }
+
+    /// Take a segment off the free list. In a lazy file everything below
+    /// `ARENA_RESERVED` is reserved (growth reserves from the mark up); a
+    /// segment that reaches above it grows the mark as entries are
+    /// appended, like a fresh one.
+    /// `within`: only a segment that holds that many bytes below the
+    /// reserved mark (the file system refused to grow it).
+    fn take_free(&self, within: Option<usize>) -> Check<Option<usize>> {
+        let reserved = self.arena_reserved()?;
+        let mut prev: Option<usize> = None;
+        let mut walked = 0;
+        let mut cur = match self.hdr(sh::FREE) {
+            f if f == NO_SEGMENT as u64 => None,
+            _ => Some(self.seg_hdr(sh::FREE)?),
+        };
+        while let Some(s) = cur {
+            let next = self.seg_next(s)?;
+            let mut fits = within.map_or(true, |n| self.seg_start(s) + n <= reserved);
+            let punched = self.seg_raw(s) as u32 == PUNCHED_MARK;
+            if fits && punched {
+                // Its pages were given back: reserve them again first.
+                let a = self.shard.arena_off + self.seg_start(s);
+                fits = self.shard.reserve(a, a + self.shard.seg_size).is_ok();
+                if fits {
+                    let pages = self.seg_pages(s, usize::MAX).map_or(0, |(a, b)| b - a);
+                    self.set_hdr(sh::PUNCHED, self.hdr(sh::PUNCHED).saturating_sub(pages as u64));
+                }
+            }
+            if fits {
+                let link = next.map_or(NO_SEGMENT, |n| n as u32);
+                match prev {
+                    None => self.set_hdr(sh::FREE, link as u64),
+                    Some(p) => self.set_seg(p, self.seg_raw(p) as u32, link),
+                }
+                return Ok(Some(s));
+            }
+            walked += 1;
+            if walked > self.shard.seg_count {
+                return Err(Corrupt("free list has a cycle"));
+            }
+            (prev, cur) = (Some(s), next);
+        }
+        Ok(None)
+    }
+
+    /// The free list (bounded walk, checked).
+    fn free_list(&self) -> Check<Vec<usize>> {
+        let mut out = Vec::new();
+        if self.hdr(sh::FREE) == NO_SEGMENT as u64 {
+            return Ok(out);
+        }
+        let mut s = Some(self.seg_hdr(sh::FREE)?);
+        while let Some(seg) = s {
+            out.push(seg);
+            if out.len() > self.shard.seg_count {
+                return Err(Corrupt("free list has a cycle"));
+            }
+            s = self.seg_next(seg)?;
+        }
+        Ok(out)
+    }
+
+    /// The head is full: make a new one. From the free list; else a fresh
+    /// segment, when `may_grow` (a lazy shard first drops dead entries with
+    /// one step when they are more than a sixth of the used bytes, as
+    /// before segments); else one evicting step (two if the first had to
+    /// wrap). False when no segment could be had.
+    pub(super) fn new_head(
+        &self,
+        now: &mut Now,
+        dropped_dead: &mut bool,
+        may_grow: bool,
+        size: usize,
+    ) -> Check<bool> {
+        // Without growth, only a segment with room below the reserved mark.
+        let within = (self.shard.lazy && !may_grow).then_some(size);
+        if let Some(s) = self.take_free(within)? {
+            self.seal_and_take(s)?;
+            return Ok(true);
+        }
+        let fresh = self.fresh()?;
+        if may_grow && fresh < self.shard.seg_count {
+            let used = self.used_bytes();
+            let dead = used.saturating_sub(self.hdr(sh::LIVE_BYTES) as usize);
+            if self.shard.lazy
+                && !*dropped_dead
+                && dead * 6 > used
+                && dead >= self.shard.seg_size / 2
+            {
+                *dropped_dead = true;
+                let head_used = self.seg_used(self.head()?)?;
+                if self.compact_head(now) && self.seg_used(self.head()?)? * 4 <= head_used * 3 {
+                    return Ok(true);
+                }
+                if self.step(false, now) {
+                    if let Some(s) = self.take_free(within)? {
+                        self.seal_and_take(s)?;
+                        return Ok(true);
+                    }
+                }
+            }
+            self.set_hdr(sh::FRESH, fresh as u64 + 1);
+            self.seal_and_take(fresh)?;
+            return Ok(true);
+        }
+        // A step frees at least one segment; one left empty by a head sealed
+        // before it was written may lie above the mark: a few more then.
+        for _ in 0..3 {
+            if !self.step(true, now) {
+                break;
+            }
+            if let Some(s) = self.take_free(within)? {
+                self.seal_and_take(s)?;
+                return Ok(true);
+            }
+        }
+        Ok(self.evict_in_head(now))
+    }
+
+    /// Record the arena bytes a write's compactions examined (the bound
+    /// that `sh::MAX_STEP_BYTES` shows). Inside a move.
+    pub(super) fn note_examined(&self, bytes: usize) {
+        let total = self.examined.get() + bytes;
+        self.examined.set(total);
+        if total as u64 > self.hdr(sh::MAX_STEP_BYTES) {
+            self.set_hdr(sh::MAX_STEP_BYTES, total as u64);
+        }
+    }
+
+    /// One compaction step (see the module comment), inside its own move;
+    /// `evict`: SIEVE evicts, else only dead and expired entries go.
+    /// Returns whether a segment went to the free list. Corruption resets
+    /// the shard (which empties it: the caller finds room then).
+    pub(super) fn step(&self, evict: bool, now: &mut Now) -> bool {
+        self.begin_move();
+        self.set_hdr(sh::REWRITING, 1);
+        let t = now.get();
+        let freed = match self.merge_at_hand(evict, t, false) {
+            Ok(true) => true,
+            Ok(false) => match self.merge_at_hand(evict, t, true) {
+                Ok(f) => f,
+                Err(c) => {
+                    self.recover(c);
+                    false
+                }
+            },
+            Err(c) => {
+                self.recover(c);
+                false
+            }
+        };
+        self.end_move();
+        freed
+    }
+
+    /// One merge from the hand (or from the tail, `from_tail`). Ok(false),
+    /// with nothing changed, when no segment can be freed from there.
+    fn merge_at_hand(&self, evict: bool, t: u64, from_tail: bool) -> Check<bool> {
+        self.merge(evict, t, if from_tail { Start::Tail } else { Start::Hand })
+    }
+
+    /// Compact the head segment in place (dead and expired entries only):
+    /// a lazy shard whose head is mostly overwritten copies makes room in
+    /// it instead of taking another segment. Inside its own move. Returns
+    /// whether anything was dropped.
+    pub(super) fn compact_head(&self, now: &mut Now) -> bool {
+        self.begin_move();
+        self.set_hdr(sh::REWRITING, 1);
+        let done = self.merge(false, now.get(), Start::Head).unwrap_or_else(|c| {
+            self.recover(c);
+            false
+        });
+        self.end_move();
+        done
+    }
+
+    /// The last resort of a write that found no segment to take (a lazy
+    /// shard on a file system that refuses to grow it, with nothing else
+    /// free): SIEVE within the head, in place; if every entry there was
+    /// visited, the head's entries are evicted. Inside its own move.
+    /// Returns whether anything was dropped.
+    fn evict_in_head(&self, now: &mut Now) -> bool {
+        self.begin_move();
+        self.set_hdr(sh::REWRITING, 1);
+        let t = now.get();
+        let done = self
+            .merge(true, t, Start::Head)
+            .and_then(|d| if d { Ok(true) } else { self.merge(true, t, Start::HeadAll) })
+            .unwrap_or_else(|c| {
+                self.recover(c);
+                false
+            });
+        self.end_move();
+        done
+    }
+
+    /// A merge (see the module comment) starting at the hand, the tail, or
+    /// the head (which is then compacted in place, alone).
+    fn merge(&self, evict: bool, t: u64, start: Start) -> Check<bool> {
+        let size = self.shard.seg_size;
+        let head = self.head()?;
+        let tail = self.seg_hdr(sh::TAIL)?;
+        let fresh = self.fresh()?;
+        let active = self.active_slots()?;
+        let in_place = matches!(start, Start::Head | Start::HeadAll);
+        let (mut h, mut o) = match start {
+            Start::Tail => (tail, 0),
+            Start::Head | Start::HeadAll => (head, 0),
+            Start::Hand => {
+                let hand = self.hdr(sh::HAND) as usize;
+                (hand / size, hand % size)
+            }
+        };
+        if !in_place && (h >= fresh || h == head) {
+            (h, o) = (tail, 0);
+        }
+        if !in_place && h == head {
+            return Ok(false);
+        }
+        // The segments of this step: the hand's and the next ones in order,
+        // never the head.
+        let mut list = vec![h];
+        let mut cur = h;
+        while !in_place && list.len() < MERGE_SEGMENTS {
+            let n = self.seg_next(cur)?.ok_or(Corrupt("a segment before the head has no next"))?;
+            if n == head {
+                break;
+            }
+            if list.contains(&n) {
+                return Err(Corrupt("segment chain has a cycle"));
+            }
+            list.push(n);
+            cur = n;
+        }
+        if list.len() == 1 && h != tail && !in_place {
+            // One segment before the head, not the oldest: wrap first.
+            return Ok(false);
+        }
+        // Read the entries and the slots of the live ones.
+        let mut used_old = Vec::with_capacity(list.len());
+        let mut items: Vec<Item> = Vec::new();
+        let mut key = Vec::new();
+        let mut examined = 0;
+        for (j, &s) in list.iter().enumerate() {
+            let used = self.seg_used(s)?;
+            let begin = if j == 0 { o } else { 0 };
+            if begin > used {
+                return Err(Corrupt("hand beyond its segment's used bytes"));
+            }
+            used_old.push(used);
+            let end = self.seg_start(s) + used;
+            let mut off = self.seg_start(s) + begin;
+            examined += used - begin;
+            while off < end {
+                let e = self.entry(off, end)?;
+                off += e.size;
+                let (mut slot, mut tag, mut visited) = (usize::MAX, 0, false);
+                if !e.is_dead() {
+                    tag = tag_of(self.entry_hash(&e, &mut key));
+                    slot = self
+                        .find_slot(tag, e.off, active)?
+                        .ok_or(Corrupt("a live entry has no slot"))?;
+                    visited = self.slot(slot) & SLOT_VISITED != 0;
+                }
+                items.push(Item { e, j, slot, tag, visited });
+            }
+        }
+        self.note_examined(examined);
+        // Decide, before anything changes: where each survivor goes. A
+        // segment takes survivors up to its end (or the reserved mark:
+        // everything below it is reserved); they are copied in order, so a
+        // survivor never lands on bytes not yet copied (the destination
+        // never passes the source: an entry fits where it already is).
+        let reserved = self.arena_reserved()?;
+        let cap = |s: usize| size.min(reserved.saturating_sub(self.seg_start(s)));
+        let mut new_off = vec![usize::MAX; items.len()];
+        let mut keep_mark = vec![false; items.len()];
+        let (mut dj, mut doff) = (0usize, o);
+        let mut fill = vec![0usize; list.len()];
+        fill[0] = o;
+        let mut last = list.len() - 1;
+        let mut k = 0;
+        for j in 0..list.len() {
+            let force = evict && (j + 1 == list.len() && !in_place || start == Start::HeadAll);
+            while k < items.len() && items[k].j == j {
+                let it = &items[k];
+                let gone = it.e.is_dead() || it.e.expired(t) || (evict && (force || !it.visited));
+                if !gone {
+                    // At the source's own segment it fits (dj <= j): a
+                    // segment above the reserved mark (cap 0) is skipped.
+                    while dj < j && doff + it.e.size > cap(list[dj]).max(used_old[dj]) {
+                        dj += 1;
+                        doff = 0;
+                    }
+                    new_off[k] = self.seg_start(list[dj]) + doff;
+                    doff += it.e.size;
+                    fill[dj] = doff;
+                    keep_mark[k] = it.visited && !evict;
+                }
+                k += 1;
+            }
+            // Stop once a segment that held entries is empty (freeing only
+            // empty ones, left by heads sealed before they were written,
+            // would not make room below the reserved mark).
+            if dj < j && used_old[dj + 1..=j].iter().any(|&u| u > 0) {
+                last = j;
+                break;
+            }
+        }
+        let empty_tail = h == tail && dj == 0 && doff == 0 && !in_place;
+        if in_place && fill[0] == used_old[0] || !in_place && dj == last && !empty_tail {
+            return Ok(false);
+        }
+        let after = if in_place {
+            NO_SEGMENT as usize
+        } else {
+            self.seg_next(list[last])?.ok_or(Corrupt("a segment before the head has no next"))?
+        };
+        // Apply: move survivors (runs of adjacent ones in one copy), point
+        // their slots at them, tombstone and purge the live ones dropped.
+        let tombstones = (self.hdr(sh::TOMBSTONES) as usize).min(active);
+        let items_before = (self.hdr(sh::ITEMS) as usize).min(active);
+        let (mut evicted, mut expired, mut dropped_bytes) = (0u64, 0u64, 0usize);
+        let mut purge = Vec::new();
+        let (mut rsrc, mut rdst, mut rlen) = (0usize, 0usize, 0usize);
+        let flush = |src: usize, dst: usize, len: usize| {
+            if len > 0 && src != dst {
+                // SAFETY: both ranges lie in used parts of this step's
+                // segments (checked entries); dst <= src in the step's
+                // order, so no survivor is overwritten before it is
+                // copied; ptr::copy handles the overlap.
+                unsafe { ptr::copy(self.arena_ptr(src), self.arena_ptr(dst), len) };
+            }
+        };
+        for (k, it) in items.iter().enumerate() {
+            if it.j > last {
+                break;
+            }
+            let e = &it.e;
+            if new_off[k] == usize::MAX {
+                if !e.is_dead() {
+                    self.note_dropped(e);
+                    self.set_slot(it.slot, TOMBSTONE);
+                    purge.push(it.slot);
+                    dropped_bytes += e.size;
+                    if e.expired(t) {
+                        expired += 1;
+                    } else {
+                        evicted += 1;
+                    }
+                }
+                continue;
+            }
+            if e.off == rsrc + rlen && new_off[k] == rdst + rlen {
+                rlen += e.size;
+            } else {
+                flush(rsrc, rdst, rlen);
+                (rsrc, rdst, rlen) = (e.off, new_off[k], e.size);
+            }
+            let mark = if keep_mark[k] { SLOT_VISITED } else { 0 };
+            let v = Self::tagged_slot(it.tag, new_off[k]) | mark;
+            if self.slot(it.slot) != v {
+                self.set_slot(it.slot, v);
+            }
+        }
+        flush(rsrc, rdst, rlen);
+        let mut purged = 0;
+        for p in purge {
+            purged += self.purge_cluster(p, active)?;
+        }
+        // The table: the survivors' segments keep their order, the emptied
+        // ones go to the free list.
+        let old_bytes: usize = used_old[..=last].iter().sum();
+        let new_bytes: usize = fill[..=dj].iter().sum();
+        if in_place {
+            self.set_hdr(sh::BUMP, (self.seg_start(head) + fill[0]) as u64);
+        }
+        for j in 0..dj {
+            self.set_seg(list[j], fill[j] as u32, list[j + 1] as u32);
+        }
+        if !in_place {
+            self.set_seg(list[dj], fill[dj] as u32, after as u32);
+        }
+        for &s in &list[dj + 1..=last] {
+            self.push_free(s);
+        }
+        let hand = if in_place {
+            self.hdr(sh::HAND) as usize
+        } else if empty_tail {
+            self.set_hdr(sh::TAIL, after as u64);
+            self.push_free(h);
+            self.seg_start(after)
+        } else {
+            self.seg_start(list[dj]) + doff
+        };
+        self.set_hdr(sh::HAND, hand as u64);
+        if !in_place {
+            self.set_hdr(
+                sh::SEALED_BYTES,
+                self.hdr(sh::SEALED_BYTES).saturating_sub((old_bytes - new_bytes) as u64),
+            );
+        }
+        let items_after = items_before.saturating_sub((evicted + expired) as usize);
+        let tombstones_after =
+            (tombstones + evicted as usize + expired as usize).saturating_sub(purged);
+        self.set_hdr(sh::ITEMS, items_after as u64);
+        self.set_hdr(sh::LIVE_BYTES, self.hdr(sh::LIVE_BYTES).saturating_sub(dropped_bytes as u64));
+        self.set_hdr(sh::TOMBSTONES, tombstones_after as u64);
+        self.set_hdr(sh::SLOTS_USED, (items_after + tombstones_after) as u64);
+        self.add_stat(sh::EVICTIONS, evicted);
+        self.add_stat(sh::EXPIRATIONS, expired);
+        self.bump_stat(sh::COMPACTIONS);
+        Ok(true)
+    }
+
+    /// Rebuild the index in place from its own slots into `active` slots
+    /// (the count after a doubling, or the same to drop tombstones): every
+    /// slot is placed again from its tag; no entry is read. Work follows
+    /// the index, not the arena: done when the index doubles (a few times
+    /// while a shard fills) or is a quarter tombstones. Inside a move.
+    pub(super) fn rehash_index(&self, old_active: usize) -> Check<()> {
+        let active = self.active_slots()?;
+        let mut slots = Vec::with_capacity((self.hdr(sh::ITEMS) as usize).min(active));
+        for s in 0..old_active.min(active) {
+            let v = self.slot(s);
+            if v != 0 && v != TOMBSTONE {
+                slots.push(v);
+            }
+        }
+        self.set_hdr(sh::REWRITING, 1);
+        self.zero_index();
+        for &v in &slots {
+            self.place(v, active, active)?;
+        }
+        self.set_hdr(sh::SLOTS_USED, slots.len() as u64);
+        self.set_hdr(sh::TOMBSTONES, 0);
+        Ok(())
+    }
+
+    /// The whole pages of free segment `s` (shard offsets), if they all
+    /// lie below the reserved mark: what `give_back` punches.
+    fn seg_pages(&self, s: usize, reserved: usize) -> Option<(usize, usize)> {
+        let a = self.shard.arena_off + self.seg_start(s);
+        let (from, to) = (a.div_ceil(PAGE) * PAGE, (a + self.shard.seg_size) / PAGE * PAGE);
+        (to > from && self.seg_start(s) + self.shard.seg_size <= reserved).then_some((from, to))
+    }
+
+    /// Give back memory of a lazy shard: evict (steps) until free segments
+    /// hold `need` bytes, then punch the pages of free segments out,
+    /// marking them (`PUNCHED_MARK`) so that taking one reserves it again
+    /// first. Inside a move. Returns the bytes punched.
+    pub(super) fn give_back_segments(&self, need: usize, now: &mut Now) -> Check<usize> {
+        let reserved = self.arena_reserved()?;
+        let unpunched = |free: &[usize]| {
+            free.iter()
+                .filter(|&&f| self.seg_raw(f) as u32 != PUNCHED_MARK)
+                .filter_map(|&f| self.seg_pages(f, reserved))
+                .map(|(a, b)| b - a)
+                .sum::<usize>()
+        };
+        for _ in 0..need.div_ceil(self.shard.seg_size) + 2 {
+            if unpunched(&self.free_list()?) >= need || !self.step(true, now) {
+                break;
+            }
+        }
+        let free = self.free_list()?;
+        self.begin_move();
+        let mut given = 0;
+        for &f in &free {
+            if given >= need || self.seg_raw(f) as u32 == PUNCHED_MARK {
+                continue;
+            }
+            let Some((from, to)) = self.seg_pages(f, reserved) else { continue };
+            self.set_seg(f, PUNCHED_MARK, (self.seg_raw(f) >> 32) as u32);
+            self.add_stat(sh::PUNCHED, (to - from) as u64);
+            given += to - from;
+            // SAFETY: fd is the open cache file; [from, to) lies inside a
+            // free segment, whose bytes no slot leads to (it was emptied by
+            // a move); its mark makes the next user reserve it again.
+            unsafe {
+                libc::fallocate(
+                    self.shard.fd,
+                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                    (self.shard.file_off + from) as libc::off_t,
+                    (to - from) as libc::off_t,
+                );
+            }
+        }
+        self.end_move();
+        Ok(given)
+    }
+
+    /// Check the segment words (`Shard::check`): the chain and the free
+    /// list are disjoint and together every segment used so far, and
+    /// `SEALED_BYTES` is the sum of the sealed segments' used bytes.
+    pub(super) fn check_segments(&self) -> std::result::Result<(), String> {
+        let s = |c: Corrupt| c.0.to_string();
+        let chain = self.chain().map_err(s)?;
+        let free = self.free_list().map_err(s)?;
+        let fresh = self.fresh().map_err(s)?;
+        let mut seen = vec![false; fresh];
+        for &c in chain.iter().chain(&free) {
+            if std::mem::replace(&mut seen[c], true) {
+                return Err(format!("segment {c} is twice in the chain and the free list"));
+            }
+        }
+        if let Some(lost) = seen.iter().position(|&b| !b) {
+            return Err(format!("segment {lost} is neither in use nor free"));
+        }
+        let punched: usize = free
+            .iter()
+            .filter(|&&f| self.seg_raw(f) as u32 == PUNCHED_MARK)
+            .map(|&f| self.seg_pages(f, usize::MAX).map_or(0, |(a, b)| b - a))
+            .sum();
+        if punched as u64 != self.hdr(sh::PUNCHED) {
+            return Err(format!("punched counter {} but {punched}", self.hdr(sh::PUNCHED)));
+        }
+        let mut sealed = 0;
+        for &c in &chain[..chain.len() - 1] {
+            sealed += self.seg_used(c).map_err(s)?;
+        }
+        if sealed as u64 != self.hdr(sh::SEALED_BYTES) {
+            return Err(format!(
+                "sealed bytes counter {} but the sealed segments hold {sealed}",
+                self.hdr(sh::SEALED_BYTES)
+            ));
+        }
+        Ok(())
+    }
+}
