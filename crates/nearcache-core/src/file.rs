@@ -186,6 +186,9 @@ pub(crate) struct Mapping {
     /// mapping (0 if it cannot be read), so that opening another handle
     /// costs no `fstatvfs`.
     default_fs_reserve: u64,
+    /// A resize moved the file's contents to a new file and this process
+    /// followed (`Mapping::retire`).
+    retired: std::sync::atomic::AtomicBool,
 }
 
 // SAFETY: the mapping is MAP_SHARED memory that is only accessed through
@@ -226,7 +229,36 @@ impl Mapping {
             attached: false,
             sigbus,
             default_fs_reserve,
+            retired: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Let go of the file's memory after a resize moved its contents to a
+    /// new file that every handle of this process follows (`resize.rs`):
+    /// the mapping is replaced in place by private zero pages (pointers
+    /// into it stay valid; an operation still in flight on it reads zeros
+    /// and is redone on the new file) and the descriptor now names
+    /// `/dev/null`, so this process no longer holds the file. The range
+    /// itself is unmapped when the last handle drops the mapping.
+    pub(crate) fn retire(&self) {
+        if self.retired.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        crate::registry::forget(self.id, self);
+        if let Some(g) = &self.sigbus {
+            g.retire(self.ptr, self.len);
+        }
+        if let Ok(null) = File::open("/dev/null") {
+            // SAFETY: both descriptors are open; dup3 atomically makes our
+            // descriptor number name /dev/null, closing the cache file's
+            // description (and with it this process's attach lock).
+            unsafe { libc::dup3(null.as_raw_fd(), self.file.as_raw_fd(), libc::O_CLOEXEC) };
+        }
+    }
+
+    /// Whether [`Mapping::retire`] ran.
+    pub(crate) fn retired(&self) -> bool {
+        self.retired.load(Ordering::Relaxed)
     }
 
     /// The file's `(st_dev, st_ino)`.
@@ -309,7 +341,7 @@ impl Mapping {
     /// SIGBUS handler then replaced the mapping with private zero pages).
     #[inline]
     pub(crate) fn broken(&self) -> bool {
-        self.sigbus.as_ref().is_some_and(|g| g.broken())
+        self.retired() || self.sigbus.as_ref().is_some_and(|g| g.broken())
     }
 
     /// Write back dirty pages (meaningful for caches on a disk file system).

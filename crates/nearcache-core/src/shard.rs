@@ -2718,3 +2718,66 @@ pub fn now_ms() -> u64 {
 pub fn set_clock_override_ms(unix_ms: u64) {
     CLOCK_OVERRIDE_MS.store(unix_ms, std::sync::atomic::Ordering::Relaxed);
 }
+
+// ---- live resize (`resize.rs`): sealing a moved shard and copying it out
+
+impl ShardGuard<'_> {
+    /// Seal the shard after a resize copied it to the new file: `seq` is
+    /// left odd for good, so every optimistic get that overlaps or follows
+    /// the seal falls back to the lock, and every locker sees
+    /// [`ShardGuard::is_sealed`] and goes to the new file instead.
+    pub(crate) fn seal_moved(&self) {
+        std::sync::atomic::fence(Ordering::Release);
+        self.set_hdr(sh::SEQ, self.hdr(sh::SEQ) | 1);
+        std::sync::atomic::fence(Ordering::SeqCst);
+    }
+
+    /// Whether the shard was sealed by a resize. Under the lock `seq` is
+    /// even unless sealed: a holder that died mid-move left it odd, and
+    /// the locker that inherited the lock repaired the shard first.
+    pub(crate) fn is_sealed(&self) -> bool {
+        self.moving.get() == 0 && self.hdr(sh::SEQ) & 1 == 1
+    }
+
+    /// Empty a sealed shard and make it usable again (an abandoned
+    /// migration whose new file is gone).
+    pub(crate) fn reset_sealed(&self) {
+        self.reset_data();
+    }
+
+    /// Call `f(key, value bytes, raw flags, expires)` for each live entry,
+    /// oldest first (arena order, the eviction order of a FIFO arena). A
+    /// spilled entry's value bytes are its reference, and its flags carry
+    /// `FLAG_SPILLED`. A shard that fails its checks is reset: what it held
+    /// is lost, never copied torn.
+    pub(crate) fn for_each_live_raw(
+        &self,
+        now: &mut Now,
+        mut f: impl FnMut(&[u8], &[u8], u32, u64),
+    ) {
+        let res = (|| {
+            let bump = self.bump()?;
+            let t = now.get();
+            let (mut off, mut key, mut val) = (0, Vec::new(), Vec::new());
+            while off < bump {
+                let e = self.entry(off, bump)?;
+                if !e.is_dead() && !e.expired(t) {
+                    key.resize(e.key_len, 0);
+                    val.resize(e.val_len, 0);
+                    // SAFETY: key and value bytes lie inside the entry that
+                    // `entry` checked against the bump pointer.
+                    unsafe {
+                        self.shard.copy_out(off + ENTRY_HEADER, key.as_mut_ptr(), e.key_len);
+                        self.shard.copy_out(e.val_off(), val.as_mut_ptr(), e.val_len);
+                    }
+                    f(&key, &val, e.flags, e.expires);
+                }
+                off += e.size;
+            }
+            Ok(())
+        })();
+        if let Err(c) = res {
+            self.recover(c);
+        }
+    }
+}
