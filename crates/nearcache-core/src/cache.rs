@@ -1743,10 +1743,15 @@ impl Cache {
         unsafe { &*self.cur.load(Ordering::Acquire) }
     }
 
-    /// The file in use.
-    #[inline]
+    /// The file in use, for a question about it (its geometry): a file a
+    /// finished resize replaced is followed first.
     fn cur_store(&self) -> &Store {
-        &self.node().store
+        let node = self.node();
+        let moved = matches!(resize::decode(node.store.migration_word()), Record::Moved(_));
+        if (moved || node.store.retired()) && !self.is_closed() && self.follow(node).is_ok() {
+            return &self.node().store;
+        }
+        &node.store
     }
 
     /// Make `store` the file in use.

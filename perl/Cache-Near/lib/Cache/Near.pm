@@ -1220,9 +1220,14 @@ Empty the cache when opening it, and replace a file of another size.
 =item cache_size
 
 Total size: bytes, or with C<k>, C<m> or C<g> (default C<64m>, or the
-size of an existing file when no size option is given). Every process
-opening a file must pass the same size (another size croaks, unless
-C<init_file> or C<recreate> replaces the file).
+size of an existing file when no size option is given). Another size
+than the existing file's resizes it live: its entries are kept (on a
+shrink, the most recently written that fit) and every process that has
+it open, in Perl, Python or C, follows the new file at its next call
+(C<init_file> or C<recreate> replace the file by an empty one instead).
+A file written by another version of nearcache cannot be resized: the
+error says C<incompatible cache file>, and C<recreate> with a
+C<cache_size> replaces it.
 
 =item page_size, num_pages
 
