@@ -490,7 +490,7 @@ MODULE = Cache::Near    PACKAGE = Cache::Near    PREFIX = near_
 PROTOTYPES: DISABLE
 
 SV *
-_open(class, path, size, shards, create, recreate, allow_foreign_owner, lock_timeout_ms, spill_threshold, spill_budget, no_spill, default_ttl_ms, hooked, perl_encode, signed_only, self)
+_open(class, path, size, shards, create, recreate, allow_foreign_owner, lock_timeout_ms, spill_threshold, spill_budget, no_spill, fs_reserve, no_fs_reserve, default_ttl_ms, hooked, perl_encode, signed_only, self)
         const char *class
         const char *path
         UV size
@@ -502,6 +502,8 @@ _open(class, path, size, shards, create, recreate, allow_foreign_owner, lock_tim
         UV spill_threshold
         UV spill_budget
         bool no_spill
+        UV fs_reserve
+        bool no_fs_reserve
         IV default_ttl_ms
         bool hooked
         bool perl_encode
@@ -531,6 +533,8 @@ _open(class, path, size, shards, create, recreate, allow_foreign_owner, lock_tim
         o.spill_threshold = (uint64_t)spill_threshold; /* 0: the engine's default */
         o.spill_budget = (uint64_t)spill_budget;       /* 0: the engine's default */
         o.no_spill = no_spill;
+        o.fs_reserve = (uint64_t)fs_reserve; /* 0: the engine's default */
+        o.no_fs_reserve = no_fs_reserve;
         CHECK(nc_open(path, &o, &h));
         Newxz(n, 1, near_t);
         n->h = h;

@@ -110,16 +110,15 @@ class LockCore(Generic[S]):
         """The token, if this object took the lock in this process."""
         return self._token if self._pid == os.getpid() else None
 
-    def _pauses(self, timeout: float | timedelta | None, blocking: bool = True) -> Iterator[float]:
-        """Start an acquire: refuse reentry, then give the pauses between its
-        tries (1 ms doubling to 50 ms), which end when its timeout does."""
+    def _deadline(self, timeout: float | timedelta | None, blocking: bool = True) -> float | None:
+        """Start an acquire: refuse reentry, then give the :func:`time.monotonic`
+        time its tries end at (``None``: never)."""
         if self._held_token() is not None:
             raise RuntimeError(f"lock {self.name!r} is already held by this {self._kind}")
         wait = self.timeout if timeout == -1 else _timeout_seconds(timeout)
         if not blocking:
             wait = 0.0
-        deadline = None if wait is None else time.monotonic() + wait
-        return backoff(_FIRST_DELAY, 2, _MAX_DELAY, deadline)
+        return None if wait is None else time.monotonic() + wait
 
     def _check_owner(self) -> bytes:
         token = self._token
@@ -148,12 +147,15 @@ class LockCore(Generic[S]):
     ) -> Steps[bool]:
         """Take the lock: ``add`` a fresh token, pausing between tries until
         the timeout (``-1``: the lock's; ``None``: forever); whether it was taken."""
-        pauses = self._pauses(timeout, blocking)
+        deadline = self._deadline(timeout, blocking)
+        pauses: Iterator[float] | None = None  # made on the first refusal: most tries succeed
         while True:
             token = secrets.token_bytes(16)
             if (yield call("add", self.key, token, self.expire)):
                 self._token, self._pid = token, os.getpid()
                 return True
+            if pauses is None:
+                pauses = backoff(_FIRST_DELAY, 2, _MAX_DELAY, deadline)
             pause = next(pauses, None)
             if pause is None:
                 return False

@@ -69,57 +69,42 @@ def call(method: str, *args: Any) -> Call:
     return Call(method, args)
 
 
-def _resume(steps: Steps[Any], reply: Any, error: BaseException | None) -> tuple[Op | None, Any]:
-    """Send the last op's outcome into the core (or throw its error): ``(next
-    op, None)``, or ``(None, result)`` once the core returned."""
-    try:
-        return (steps.send(reply) if error is None else steps.throw(error)), None
-    except StopIteration as done:
-        return None, done.value
-
-
-#: What performing an op gave: (its result, None) or (None, what it raised).
-Outcome: TypeAlias = tuple[Any, BaseException | None]
-
-
-def _attempt(perform: Callable[[Op], Any], op: Op) -> Outcome:
-    """Perform ``op``; what it raises is kept, to be thrown into the core,
-    which may handle it (a ``finally`` that frees a lock, ``except KeyError``)."""
-    try:
-        return perform(op), None
-    except BaseException as exc:
-        return None, exc
-
-
 def run(
     steps: Steps[R],
     store: Any,
     compute: Callable[[], Any] | None = None,
 ) -> R:
     """Drive ``steps`` to their result, blocking: store calls on ``store``,
-    sleeps with :func:`time.sleep`, spawns on daemon threads."""
+    sleeps with :func:`time.sleep`, spawns on daemon threads.
 
-    def perform(op: Op) -> Any:
-        if op.__class__ is Call:
-            return getattr(store, op.method)(*op.args)
-        if op.__class__ is Sleep:
-            time.sleep(op.seconds)
-            return None
-        if op.__class__ is Compute:
-            assert compute is not None, "a core asked to compute without a function"
-            return compute()
-        assert isinstance(op, Spawn)
-        thread = threading.Thread(target=run, args=(op.steps, store, compute), name=op.name)
-        thread.daemon = True  # a refresh must not keep the process alive
-        thread.start()
-        return None
-
-    outcome: Outcome = (None, None)
+    The loop is written out (no helper call per op): a lock's acquire and
+    release are two store calls each driven through here, and the driver's
+    own cost is most of what they take beyond the calls."""
+    reply: Any = None
+    error: BaseException | None = None
     while True:
-        op, result = _resume(steps, *outcome)
-        if op is None:
-            return cast(R, result)
-        outcome = _attempt(perform, op)
+        try:
+            op = steps.send(reply) if error is None else steps.throw(error)
+        except StopIteration as done:
+            return cast(R, done.value)
+        error = None
+        try:  # what the op raises is thrown into the core, which may handle it
+            if op.__class__ is Call:
+                reply = getattr(store, op.method)(*op.args)
+            elif op.__class__ is Sleep:
+                time.sleep(op.seconds)
+                reply = None
+            elif op.__class__ is Compute:
+                assert compute is not None, "a core asked to compute without a function"
+                reply = compute()
+            else:
+                assert isinstance(op, Spawn)
+                thread = threading.Thread(target=run, args=(op.steps, store, compute), name=op.name)
+                thread.daemon = True  # a refresh must not keep the process alive
+                thread.start()
+                reply = None
+        except BaseException as exc:
+            reply, error = None, exc
 
 
 async def run_async(
@@ -145,12 +130,15 @@ async def run_async(
         spawn(op)
         return None
 
-    outcome: Outcome = (None, None)
+    reply: Any = None
+    error: BaseException | None = None
     while True:
-        op, result = _resume(steps, *outcome)
-        if op is None:
-            return cast(R, result)
         try:
-            outcome = (await perform_op(op), None)
-        except BaseException as exc:  # thrown into the core (see _attempt)
-            outcome = (None, exc)
+            op = steps.send(reply) if error is None else steps.throw(error)
+        except StopIteration as done:
+            return cast(R, done.value)
+        error = None
+        try:  # thrown into the core, as in run()
+            reply = await perform_op(op)
+        except BaseException as exc:
+            reply, error = None, exc

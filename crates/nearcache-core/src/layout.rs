@@ -121,7 +121,7 @@ pub mod fh {
     /// was found), counted for the clean-detach check (`file.rs`).
     pub const ATTACHED: usize = 84;
     /// 1 if the file is sparse and its shards reserve space as they grow
-    /// (see `shard.rs`); 0 in files allocated in full at creation (every
+    /// (see `shard/arena.rs`); 0 in files allocated in full at creation (every
     /// file written before lazy reservation, and `preallocate`).
     pub const LAZY: usize = 88;
     /// Bytes held in spilled-value files (`spill.rs`), a u64 changed
@@ -204,7 +204,7 @@ pub mod sh {
     /// Odd while a write moves or rewrites bytes that a published slot may
     /// lead to (compactions, resets, repairs, in-place counter updates, a
     /// growing index): optimistic readers validate against it. Appends,
-    /// overwrites and deletes leave it alone (see `shard.rs`).
+    /// overwrites and deletes leave it alone (see `shard/guard.rs`).
     pub const SEQ: usize = 64;
     /// SHARD_MAGIC, written when the shard is initialised. Checked before
     /// every lock and every optimistic get: a shard header zeroed or

@@ -109,6 +109,7 @@ subtest 'bad arguments croak clearly and lose nothing' => sub {
         [sub { Cache::Near->new(share_file => fresh_file(), lock_timeout => 'soon') }, qr/lock_timeout must be a positive number/, 'bad lock_timeout'],
         [sub { Cache::Near->new(share_file => fresh_file(), lock_timeout => -1) }, qr/lock_timeout must be a positive number/, 'negative lock_timeout'],
         [sub { Cache::Near->new(share_file => fresh_file(), spill_budget => 'lots') }, qr/size 'lots' is not a number/, 'bad spill_budget'],
+        [sub { Cache::Near->new(share_file => fresh_file(), fs_reserve => 'most') }, qr/size 'most' is not a number/, 'bad fs_reserve'],
         [sub { Cache::Near->new(share_file => fresh_file(), spill_threshold => 0) }, qr/spill_threshold must be at least 1 byte/, 'spill_threshold of 0'],
         [sub { Cache::Near->new(share_file => fresh_file(), read_cb => 'x') }, qr/read_cb must be a code reference/, 'bad callback'],
         [sub { Cache::Near->new(share_file => fresh_file(), write_action => 'write_later') }, qr/write_action must be 'write_through' or 'write_back'/, 'bad write_action'],
@@ -136,6 +137,31 @@ subtest 'bad arguments croak clearly and lose nothing' => sub {
     my $again = Cache::Near->new(share_file => $file);
     is($again->get('x'), 1, '... which others then open as it is');
     cmp_ok($again->capacity, '>', 6 * 1024 * 1024, '... at its new size');
+};
+
+subtest 'fs_reserve: the cache leaves the file system its share' => sub {
+    my $dir = fresh_file('fsr-probe') =~ s{/[^/]*\z}{}r;
+    my ($avail) = `df -B1 --output=avail '$dir' 2>/dev/null` =~ /(\d+)\s*\z/;
+    plan skip_all => "df cannot tell the space left in $dir" unless $avail;
+    eval { Cache::Near->new(share_file => fresh_file('fsr-huge'), cache_size => '16m', fs_reserve => '1000000g') };
+    like($@, qr/no room for the cache file/, 'a reserve larger than the file system: a clear error at open');
+    # A reserve that leaves the cache 1 MiB to grow into: sets evict
+    # within it instead of failing; with no reserve the cache holds all.
+    my %held;
+    for my $reserve ($avail - (1 << 20), 0) {
+        my $c = Cache::Near->new(share_file => fresh_file("fsr$reserve"), cache_size => '16m',
+            shards => 1, fs_reserve => $reserve);
+        my $ok = 1;
+        for my $i (1 .. 20_000) {
+            $ok &&= eval { $c->set("key$i", 'v' x 400); 1 };
+        }
+        ok($ok, "fs_reserve => $reserve: 20,000 sets succeed");
+        is($c->get('key20000'), 'v' x 400, '... and the last is held');
+        $held{$reserve} = $c->count;
+    }
+    my ($small) = grep { $_ } keys %held;
+    cmp_ok($held{$small}, '<', $held{0} / 4,
+        "the reserved cache stayed small ($held{$small} entries held against $held{0})");
 };
 
 done_testing;

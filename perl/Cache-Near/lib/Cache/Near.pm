@@ -84,7 +84,7 @@ my %KNOWN_OPTION = map { $_ => 1 } qw(
     share_file cache_size shards expire_time raw_values serializer compress compressor
     compress_threshold signing_key read_cb write_cb delete_cb write_action
     cache_not_found context init_file unlink_on_exit create recreate
-    allow_foreign_owner lock_timeout spill_threshold spill_budget
+    allow_foreign_owner lock_timeout spill_threshold spill_budget fs_reserve
     page_size num_pages enable_stats allow_recursive empty_on_exit catch_deadlocks
     tombstone_expire_time permissions start_slots
 );
@@ -192,11 +192,19 @@ sub new {
         $spill_budget = _parse_size($opt{spill_budget});
         $no_spill = $spill_budget == 0 ? 1 : 0;
     }
+    # The file system's share the cache leaves free (see "fs_reserve" in the
+    # POD); 0 takes the engine's default, and a reserve of 0 turns it off.
+    my ($fs_reserve, $no_fs_reserve) = (0, 0);
+    if (defined $opt{fs_reserve}) {
+        $fs_reserve = _parse_size($opt{fs_reserve});
+        $no_fs_reserve = $fs_reserve == 0 ? 1 : 0;
+    }
     my $cache = $class->_open(
         $path, $size, $shards,
         (exists $opt{create} ? ($opt{create} ? 1 : 0) : 1),
         ($opt{recreate} || $opt{init_file} ? 1 : 0),
         $foreign, $lock_timeout_ms, $spill_threshold, $spill_budget, $no_spill,
+        $fs_reserve, $no_fs_reserve,
         $default_ttl_ms, _hooked(\%self), _perl_encode(\%self),
         (defined $self{signing_key} ? 1 : 0), \%self,
     );
@@ -1375,6 +1383,16 @@ Most bytes those files may hold, a size as for C<cache_size> (default
 C<1g>); past it, spilled values are evicted. C<0> turns spilling off:
 every value is kept in the shared file, and one too large for a shard
 croaks.
+
+=item fs_reserve
+
+How much of the file system (C</dev/shm>, or wherever C<share_file> is)
+the cache leaves free for the other programs using it, a size as for
+C<cache_size>. The cache's memory grows as it fills; past this reserve it
+stops growing and evicts instead, and a large value's file is written only
+after eviction made room for it. Default: the larger of 8 MiB and 10% of
+the file system, at most 1 GiB (a 64 MiB C</dev/shm>, Docker's default,
+keeps 8 MiB free). C<0> leaves no reserve.
 
 =back
 

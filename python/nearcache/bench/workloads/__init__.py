@@ -9,6 +9,7 @@ from .e2e import E2e
 from .fastmmap2004 import Fastmmap2004
 from .holding import Holding
 from .large import Large
+from .locks import Locks
 from .open_per_request import OpenPerRequest
 from .perl_chi2010 import PerlChi2010
 from .scaling import Scaling
@@ -41,6 +42,7 @@ WORKLOADS: dict[str, type[Workload]] = {
         E2e,
         Traces,
         Large,
+        Locks,
     )
 }
 WORKLOADS[PerlChi2010.name] = PerlChi2010  # runs when Perl and the built Perl modules are present
