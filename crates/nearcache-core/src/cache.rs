@@ -211,7 +211,8 @@ impl Store {
     /// claims are named after `name` (the cache's path: a resize builds
     /// its new file under a temporary name, and its spilled values live
     /// beside the cache). `origin`: the id of the migration this new file
-    /// is built for (see `resize.rs`), recorded in its header at creation.
+    /// is built for (see `resize.rs`), recorded in its header at creation,
+    /// and the hash seed it keeps from the old file.
     ///
     /// If this process already has the file mapped (through another handle
     /// still alive, closed or not), the new handle shares that mapping,
@@ -220,7 +221,7 @@ impl Store {
         file_path: &Path,
         name: &Path,
         opts: &OpenOptions,
-        origin: Option<u64>,
+        origin: Option<(u64, u64)>,
     ) -> Result<Store> {
         let (map, first_here) = match file::reopen(file_path, opts) {
             Some(map) => (map, false),
@@ -268,10 +269,10 @@ impl Store {
         path: &Path,
         name: &Path,
         opts: &OpenOptions,
-        origin: Option<u64>,
+        origin: Option<(u64, u64)>,
     ) -> Result<Arc<Mapping>> {
         let init = |m: &Mapping, g: &Geometry| {
-            if let Some(id) = origin {
+            if let Some((id, _)) = origin {
                 // Before anything else can see the file: its sweeps wait
                 // for the migration to fill it (see `resize.rs`).
                 header_word(m, fh::MIG_ORIGIN).store(id, Ordering::SeqCst);
@@ -291,7 +292,8 @@ impl Store {
             Ok(())
         };
         let alone = |m: &Mapping, g: &Geometry| sweep_alone(m, g, name, opts);
-        let map = Arc::new(file::open(path, opts, &init, &reattach, &alone)?.map);
+        let seed = origin.map(|(_, seed)| seed);
+        let map = Arc::new(file::open(path, opts, seed, &init, &reattach, &alone)?.map);
         crate::registry::insert(&map);
         Ok(map)
     }
@@ -394,14 +396,11 @@ impl Store {
         header_word(&self.map, fh::MIGRATION).load(Ordering::Acquire)
     }
 
-    /// Whether shard `i` was moved by the migration in progress.
+    /// Whether shard `i` was moved by the migration in progress (its
+    /// record says in how many groups the shards move).
     pub(crate) fn is_moved(&self, i: usize) -> bool {
-        crate::resize::moved_bit(&self.map, i % self.move_groups())
-    }
-
-    /// Shards move in this many groups (shard `i` in group `i % groups`).
-    pub(crate) fn move_groups(&self) -> usize {
-        self.geo.shard_count.min(fh::MOVE_GROUPS)
+        let groups = crate::resize::groups_of(self.migration_word() >> 2);
+        crate::resize::moved_bit(&self.map, i % groups)
     }
 
     /// The index of `shard`, one of ours.
@@ -2051,10 +2050,13 @@ impl Cache {
     /// shards. False: another resize published its record first.
     fn migrate(&self, node: &Node, size: usize, shards: usize) -> Result<bool> {
         resize::remove_stale(&self.path, node.store.migration_word());
-        let id = resize::new_id()?;
+        let want = Geometry::for_size(size, shards)?;
+        let groups = resize::groups_for(node.store.geometry().shard_count, want.shard_count);
+        let id = resize::new_id(groups)?;
         let temp = resize::temp_path(&self.path, id);
         let opts = OpenOptions { size: Some(size), shards, create: true, ..self.opts.clone() };
-        let new = Arc::new(Store::open_as(&temp, &self.path, &opts, Some(id))?);
+        let seed = node.store.geometry().seed;
+        let new = Arc::new(Store::open_as(&temp, &self.path, &opts, Some((id, seed)))?);
         let Owner::Taken(owner) = resize::take_owner(&temp)? else {
             let _ = std::fs::remove_file(&temp);
             return Err(Error::io(

@@ -763,6 +763,7 @@ pub(crate) fn is_no_room(e: &io::Error) -> bool {
 pub(crate) fn open(
     path: &Path,
     opts: &OpenOptions,
+    seed: Option<u64>,
     init_shards: &dyn Fn(&Mapping, &Geometry) -> Result<()>,
     reattach: &dyn Fn(&Mapping, &Geometry) -> Result<()>,
     alone: &dyn Fn(&Mapping, &Geometry) -> Result<()>,
@@ -850,7 +851,7 @@ pub(crate) fn open(
                 path.display()
             ))
         })?;
-        if let Some(opened) = create(path, &geo, opts, init_shards, alone)? {
+        if let Some(opened) = create(path, &geo, seed, opts, init_shards, alone)? {
             return Ok(opened);
         }
         // Lost a creation race: open the winner's file.
@@ -1046,12 +1047,18 @@ fn publish(file: &File, staging: &Staging, path: &Path) -> io::Result<()> {
 fn create(
     path: &Path,
     geo: &Geometry,
+    seed: Option<u64>,
     opts: &OpenOptions,
     init_shards: &dyn Fn(&Mapping, &Geometry) -> Result<()>,
     alone: &dyn Fn(&Mapping, &Geometry) -> Result<()>,
 ) -> Result<Option<Opened>> {
     // A random hash seed per file (see hash.rs), fixed for the file's life.
-    let geo = &Geometry { seed: crate::hash::random_seed()?, ..*geo };
+    // (A resize's new file keeps the old file's seed: see `resize.rs`.)
+    let seed = match seed {
+        Some(seed) => seed,
+        None => crate::hash::random_seed()?,
+    };
+    let geo = &Geometry { seed, ..*geo };
     let (file, staging) = open_staging(path)?;
     let fd = file.as_raw_fd();
     let remove_staged = || {

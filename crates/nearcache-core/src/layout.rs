@@ -154,9 +154,10 @@ pub mod fh {
     /// shards name spilled files it does not know yet), 0 once complete.
     pub const MIG_FILLING: usize = 144;
     /// The moved bitmap of a migration: bit g (word g / 64) set once the
-    /// shards `i` with `i % MOVE_GROUPS` = g have been copied to the new
-    /// file and sealed. 1,024 bits: one shard per bit up to the default
-    /// shard count's cap; files with more shards move them in groups.
+    /// shards `i` with `i % groups` = g have been copied to the new file
+    /// and sealed (`groups`, a power of two up to 1,024, is carried in the
+    /// low 5 bits of the migration's id: see `resize::groups_for`). One
+    /// shard per bit on a grow, up to the default shard count's cap.
     pub const MOVED: usize = 256;
     /// Bits of the moved bitmap.
     pub const MOVE_GROUPS: usize = 1024;

@@ -10,21 +10,28 @@
 //!   winner's result. The new file's name is derived from the id (16 hex
 //!   digits after the cache's own name), never read from the file, so a
 //!   hostile record cannot name a path outside the cache's directory.
-//! * `MOVED`, a bitmap of shard groups (shard `i` in group `i % groups`,
-//!   one shard per group up to 1,024 shards) already copied.
+//! * `MOVED`, a bitmap of shard groups already copied (shard `i` in group
+//!   `i % groups`; the group count is in the low 5 bits of the id, see
+//!   [`groups_for`]).
 //!
 //! Every operation loads `MIGRATION` (a word that only resizes write, so
 //! the load stays a shared read) and takes the slow path only when it is
 //! not zero: a key whose group is marked moved goes to the new file, any
 //! other to the old one.
 //!
+//! The new file keeps the old file's hash seed, so the keys of one group
+//! go to the same few new shards (those of a grow's old shard, or the one
+//! new shard a shrink's group feeds), and only there.
+//!
 //! Moving a group: lock its shards in the old file (so no writer is inside
 //! them), copy their live entries (a spilled value's reference: its file
 //! stays where it is, in the spill directory named after the cache's path,
-//! which both files share) into the new file in arena order, oldest
-//! first, and only the newest that fit the group's share of the new file
-//! (on a shrink the most recently written entries survive across all
-//! shards, not the last shards copied); then seal each shard (`seq` left
+//! which both files share) into the new file oldest first (each shard's
+//! arena is in write order; the shards of a group are merged by rank), and
+//! only the newest that fit the group's share of the new file (on a shrink
+//! the most recently written entries survive across all shards, not the
+//! last shards copied, and the new arenas keep the order for the next
+//! resize); then seal each shard (`seq` left
 //! odd for good, so an optimistic get that overlapped the copy retries,
 //! and one that starts later falls back to the lock), set the group's
 //! moved bit, and unlock. Lockers check the seal and the bit under the
@@ -133,9 +140,34 @@ pub(crate) fn temp_path(path: &Path, id: u64) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// A fresh migration id: 62 random bits, never 0.
-pub(crate) fn new_id() -> Result<u64> {
-    Ok((crate::hash::random_seed()? >> 2).max(1))
+/// A fresh migration id for a move in `groups` groups (a power of two up
+/// to `fh::MOVE_GROUPS`): 57 random bits (never all zero), then the log2
+/// of the group count in the low 5 bits, so that every process reads the
+/// grouping with the record.
+pub(crate) fn new_id(groups: usize) -> Result<u64> {
+    let random = (crate::hash::random_seed()? >> 7).max(1);
+    Ok(random << 5 | groups.trailing_zeros() as u64)
+}
+
+/// The group count migration `id` moves shards in (see [`new_id`]).
+pub(crate) fn groups_of(id: u64) -> usize {
+    1 << (id & 31)
+}
+
+/// In how many groups shards move from a file of `old` shards to one of
+/// `new` (both powers of two): the group of shard `i` is `i % groups`.
+/// The hash seed is kept, so the keys of old shard `i` go to the new
+/// shards `j` with `j % old == i` (a grow) or to new shard `i % new` (a
+/// shrink). One old shard per group (up to the bitmap's 1,024 bits) on a
+/// grow; on a shrink, the old shards that feed one new shard form a group
+/// (their entries merge in recency order), but never more than 8 of them
+/// (a group is locked whole while it moves: the pause stays bounded).
+pub(crate) fn groups_for(old: usize, new: usize) -> usize {
+    let mut g = old.min(fh::MOVE_GROUPS);
+    if new < g {
+        g = new.max(old / 8).min(fh::MOVE_GROUPS);
+    }
+    g.max(1)
 }
 
 /// Who holds the resizer's lock of a migration's new file.
@@ -280,47 +312,53 @@ type Moving = (Vec<u8>, Vec<u8>, u32, u64);
 pub(crate) fn drive(old: &Store, new: &Store, id: u64, path: &Path, temp: &Path) -> Result<()> {
     let at = abort_step();
     let pause = pause_per_group();
-    let groups = old.move_groups();
-    // Each old shard's share of the new file, in entry bytes.
-    let share = move_budget(new.geometry()) / old.shard_slice().len() as u64;
+    let groups = groups_of(id).min(old.shard_slice().len());
+    // Each group's share of the new file, in entry bytes: the new shards
+    // its keys go to (the seed is kept), 85% full.
+    let share = move_budget(new.geometry()) / groups as u64;
     let mut now = Now::new();
     for g in 0..groups {
         if moved_bit(old.mapping(), g) {
             continue;
         }
         let guards = lock_group(old, g, groups)?;
+        // Every live entry of the group's shards with its rank in its
+        // shard's arena (0 oldest, 1 newest): merged by rank, the shards'
+        // arenas make one order from oldest to newest.
+        let mut entries: Vec<(f64, Moving)> = Vec::new();
+        for gd in &guards {
+            let mut one: Vec<Moving> = Vec::new();
+            gd.for_each_live_raw(&mut now, |k, v, f, e| one.push((k.to_vec(), v.to_vec(), f, e)));
+            let n = one.len().max(1) as f64;
+            entries.extend(one.into_iter().enumerate().map(|(i, m)| ((i + 1) as f64 / n, m)));
+        }
+        entries.sort_by(|a, b| a.0.total_cmp(&b.0));
+        // The newest entries whose sizes fit the share: walk from the
+        // newest back, then copy oldest first (the new arenas keep the
+        // order).
+        let mut used = 0u64;
+        let mut first = entries.len();
+        while first > 0 {
+            let (k, v, _, _) = &entries[first - 1].1;
+            let size = entry_size(k.len(), v.len()) as u64;
+            if used + size > share {
+                break;
+            }
+            used += size;
+            first -= 1;
+        }
         let (mut spilled_bytes, mut spilled_n) = (0u64, 0u64);
         let mut dropped: Vec<SpillRef> = Vec::new();
-        for gd in &guards {
-            let mut entries: Vec<Moving> = Vec::new();
-            gd.for_each_live_raw(&mut now, |k, v, f, e| {
-                entries.push((k.to_vec(), v.to_vec(), f, e));
-            });
-            // The newest entries whose sizes fit the share: walk from the
-            // newest back, then copy oldest first (the new shard's arena
-            // keeps the old order).
-            let mut used = 0u64;
-            let mut first = entries.len();
-            while first > 0 {
-                let (k, v, _, _) = &entries[first - 1];
-                let size = entry_size(k.len(), v.len()) as u64;
-                if used + size > share {
-                    break;
+        for (i, (_, (k, v, f, e))) in entries.iter().enumerate() {
+            let r = if f & FLAG_SPILLED != 0 { SpillRef::parse(v) } else { None };
+            let stored = i >= first && matches!(new.put_moved(k, v, *f, *e), Ok(true));
+            match (r, stored) {
+                (Some(r), true) => {
+                    spilled_bytes += r.len;
+                    spilled_n += 1;
                 }
-                used += size;
-                first -= 1;
-            }
-            for (i, (k, v, f, e)) in entries.iter().enumerate() {
-                let r = if f & FLAG_SPILLED != 0 { SpillRef::parse(v) } else { None };
-                let stored = i >= first && matches!(new.put_moved(k, v, *f, *e), Ok(true));
-                match (r, stored) {
-                    (Some(r), true) => {
-                        spilled_bytes += r.len;
-                        spilled_n += 1;
-                    }
-                    (Some(r), false) => dropped.push(r),
-                    _ => {}
-                }
+                (Some(r), false) => dropped.push(r),
+                _ => {}
             }
         }
         for gd in &guards {
@@ -420,9 +458,21 @@ mod tests {
     }
 
     #[test]
+    fn groups_keep_the_bitmap_and_the_pause_bounded() {
+        assert_eq!(groups_for(4, 8), 4);
+        assert_eq!(groups_for(4096, 8192), 1024);
+        assert_eq!(groups_for(512, 128), 128);
+        assert_eq!(groups_for(512, 1), 64);
+        assert_eq!(groups_for(1, 1), 1);
+        for g in [1, 2, 64, 1024] {
+            assert_eq!(groups_of(new_id(g).unwrap()), g);
+        }
+    }
+
+    #[test]
     fn temporary_names_stay_beside_the_cache() {
         let p = Path::new("/some/dir/cache");
-        for id in [1, u64::MAX >> 2, 0x2f2e2e2f] {
+        for id in [1, u64::MAX >> 2, 0x2f2e2e2f, new_id(1024).unwrap()] {
             let t = temp_path(p, id);
             assert_eq!(t.parent(), p.parent());
             let name = t.file_name().unwrap().to_str().unwrap();

@@ -410,3 +410,21 @@ fn opening_with_another_size_resizes_and_waits_for_nobody() {
     assert!(present(&a, 500).iter().all(|&p| p));
     assert_eq!(a.capacity(), b.capacity());
 }
+
+#[test]
+fn a_shrink_after_a_grow_still_keeps_the_newest() {
+    let d = shm_dir("regrow");
+    let a = open(&d, "c", 8 << 20, 8);
+    let n = 12_000;
+    fill(&a, n, 200);
+    a.resize(16 << 20, 16).unwrap();
+    assert!(present(&a, n).iter().all(|&p| p));
+    a.resize(1 << 20, 4).unwrap();
+    let p = present(&a, n);
+    let kept = p.iter().filter(|&&x| x).count();
+    let newest = p[n - kept / 10..].iter().filter(|&&x| x).count();
+    assert!(newest * 100 >= (kept / 10) * 97, "newest kept: {newest} of {}", kept / 10);
+    let oldest = p[..n / 2].iter().filter(|&&x| x).count();
+    assert!(oldest * 100 <= n / 2, "oldest kept: {oldest} of {}", n / 2);
+    a.check().unwrap();
+}
