@@ -430,25 +430,29 @@ impl Store {
         self.spill_dir(false).ok().flatten()
     }
 
-    /// Store an entry copied by a resize: raw flags (a spilled entry's
-    /// value is its reference), absolute expiry, and only if the key is
-    /// absent (a newer write to the new file wins). Returns whether stored.
-    pub(crate) fn put_moved(
-        &self,
-        key: &[u8],
-        value: &[u8],
-        flags: u32,
-        expires: u64,
-    ) -> Result<bool> {
-        let (shard, h) = self.route(key)?;
-        if entry_size(key.len(), value.len()) > self.max_entry {
-            return Ok(false);
-        }
+    /// Store entries copied by a resize, `(key, value, raw flags,
+    /// absolute expiry)` in the order given (oldest first), each only if
+    /// its key is absent (a newer write to the new file wins), taking each
+    /// shard's lock once. A spilled entry's value is its reference and its
+    /// flags carry `FLAG_SPILLED`. Returns, per entry, whether it was
+    /// stored (an entry too large for this geometry, or refused, is not).
+    pub(crate) fn put_moved(&self, entries: &[(&[u8], &[u8], u32, u64)]) -> Vec<bool> {
+        let mut stored = vec![false; entries.len()];
+        let keys: Vec<&[u8]> = entries.iter().map(|e| e.0).collect();
+        let Ok(plan) = self.plan(&keys) else { return stored };
         let mut now = Now::new();
-        let g = self.lock_for_write(shard)?;
-        let stored = g.set(key, h, value, flags, expires, SetMode::IfAbsent, &mut now);
-        drop(g);
-        self.reap();
+        for run in plan.chunk_by(|a, b| a.0 == b.0) {
+            let Ok(g) = self.lock_for_write(&self.shards[run[0].0]) else { continue };
+            for &(_, i, h) in run {
+                let (k, v, f, e) = entries[i];
+                if entry_size(k.len(), v.len()) <= self.max_entry {
+                    stored[i] =
+                        matches!(g.set(k, h, v, f, e, SetMode::IfAbsent, &mut now), Ok(true));
+                }
+            }
+            drop(g);
+            self.reap();
+        }
         stored
     }
 

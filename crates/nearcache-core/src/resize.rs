@@ -160,15 +160,19 @@ pub(crate) fn groups_of(id: u64) -> usize {
 /// shards `j` with `j % old == i` (a grow) or to new shard `i % new` (a
 /// shrink). One old shard per group (up to the bitmap's 1,024 bits) on a
 /// grow; on a shrink, the old shards that feed one new shard form a group
-/// (their entries merge in recency order), but never more than 8 of them
-/// (a group is locked whole while it moves: the pause stays bounded).
+/// (their entries merge in recency order), but never more than
+/// [`MAX_GROUP`] of them (a group is locked whole while it moves: the
+/// pause stays bounded).
 pub(crate) fn groups_for(old: usize, new: usize) -> usize {
     let mut g = old.min(fh::MOVE_GROUPS);
     if new < g {
-        g = new.max(old / 8).min(fh::MOVE_GROUPS);
+        g = new.max(old / MAX_GROUP).min(fh::MOVE_GROUPS);
     }
     g.max(1)
 }
+
+/// Most old shards moved under one lock hold (see [`groups_for`]).
+pub(crate) const MAX_GROUP: usize = 4;
 
 /// Who holds the resizer's lock of a migration's new file.
 pub(crate) enum Owner {
@@ -347,11 +351,16 @@ pub(crate) fn drive(old: &Store, new: &Store, id: u64, path: &Path, temp: &Path)
             used += size;
             first -= 1;
         }
+        let kept: Vec<(&[u8], &[u8], u32, u64)> = entries[first..]
+            .iter()
+            .map(|(_, (k, v, f, e))| (k.as_slice(), v.as_slice(), *f, *e))
+            .collect();
+        let stored = new.put_moved(&kept);
         let (mut spilled_bytes, mut spilled_n) = (0u64, 0u64);
         let mut dropped: Vec<SpillRef> = Vec::new();
-        for (i, (_, (k, v, f, e))) in entries.iter().enumerate() {
+        for (i, (_, (_, v, f, _))) in entries.iter().enumerate() {
             let r = if f & FLAG_SPILLED != 0 { SpillRef::parse(v) } else { None };
-            let stored = i >= first && matches!(new.put_moved(k, v, *f, *e), Ok(true));
+            let stored = i >= first && stored[i - first];
             match (r, stored) {
                 (Some(r), true) => {
                     spilled_bytes += r.len;
@@ -462,7 +471,7 @@ mod tests {
         assert_eq!(groups_for(4, 8), 4);
         assert_eq!(groups_for(4096, 8192), 1024);
         assert_eq!(groups_for(512, 128), 128);
-        assert_eq!(groups_for(512, 1), 64);
+        assert_eq!(groups_for(512, 1), 128);
         assert_eq!(groups_for(1, 1), 1);
         for g in [1, 2, 64, 1024] {
             assert_eq!(groups_of(new_id(g).unwrap()), g);
