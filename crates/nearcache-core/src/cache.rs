@@ -1692,18 +1692,7 @@ impl Cache {
             None => None,
         };
         let store = match want {
-            Some(_) if !opts.recreate => {
-                let as_is = OpenOptions { size: None, create: false, ..opts.clone() };
-                match Store::open_as(&path, &path, &as_is, None) {
-                    Ok(s) => s,
-                    Err(Error::Io { source, .. })
-                        if source.kind() == std::io::ErrorKind::NotFound =>
-                    {
-                        Store::open_as(&path, &path, opts, None)?
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
+            Some(_) if !opts.recreate => Self::open_existing_or_create(&path, opts)?,
             _ => Store::open_as(&path, &path, opts, None)?,
         };
         let node = Box::into_raw(Node::new(store));
@@ -1726,6 +1715,27 @@ impl Cache {
             }
         }
         Ok(cache)
+    }
+
+    /// The file at `path` as it is, or (none there) created with `opts`'
+    /// size: a file of another size is resized by the caller, not refused.
+    /// A creator that lost a race to another of another size opens the
+    /// winner's file as it is.
+    fn open_existing_or_create(path: &Path, opts: &OpenOptions) -> Result<Store> {
+        let as_is = OpenOptions { size: None, create: false, ..opts.clone() };
+        let mut last = None;
+        for _ in 0..4 {
+            match Store::open_as(path, path, &as_is, None) {
+                Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {}
+                other => return other,
+            }
+            match Store::open_as(path, path, opts, None) {
+                // Created meanwhile by another opener, with another size.
+                Err(e @ Error::Incompatible(_)) => last = Some(e),
+                other => return other,
+            }
+        }
+        Err(last.expect("the loop ran"))
     }
 
     /// Open or create `name` in [`file::default_directory`].

@@ -434,3 +434,102 @@ fn a_shrink_after_a_grow_still_keeps_the_newest() {
     assert!(oldest * 100 <= n / 2, "oldest kept: {oldest} of {}", n / 2);
     a.check().unwrap();
 }
+
+#[test]
+fn openers_racing_with_different_sizes_all_open_one_cache() {
+    let d = shm_dir("sizes");
+    let path = d.file("c");
+    let barrier = std::sync::Barrier::new(4);
+    let caches: Vec<Cache> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..4usize)
+            .map(|i| {
+                let (barrier, path) = (&barrier, &path);
+                s.spawn(move || {
+                    barrier.wait();
+                    let c = Cache::open(path, &opts((1 + i) << 20, 0)).unwrap();
+                    let k = format!("k{i}").into_bytes();
+                    c.set(&k, &make_value(&k, i as u64, 100), 0, 0).unwrap();
+                    c
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    // Whatever size won, every handle is on that one file and sees every
+    // entry.
+    let g = *caches[0].geometry();
+    for c in &caches {
+        for i in 0..4u64 {
+            let k = format!("k{i}").into_bytes();
+            assert_eq!(seq_of(&k, &c.get(&k).unwrap().unwrap().data), i);
+        }
+        assert_eq!(c.geometry(), &g);
+    }
+    assert!(resize_leftovers(&d.0).is_empty());
+}
+
+/// A hostile record: any state and id, any moved bitmap, and perhaps a
+/// file planted under the name the record derives (garbage, or a symbolic
+/// link to a file elsewhere). Opening and using the cache then works or
+/// fails with an error; it never panics, never touches the file the link
+/// points to, and never leaves a file outside the cache's directory.
+fn hostile_record(word: u64, bits: &[u64], plant: u8) {
+    let d = shm_dir("fuzzrec");
+    let path = d.file("c");
+    let outside = TempDir::new("fuzzrec-outside");
+    let target = outside.file("victim");
+    std::fs::write(&target, b"not a cache").unwrap();
+    let a = open(&d, "c", 1 << 20, 4);
+    fill(&a, 100, 100);
+    drop(a);
+    let f = std::fs::OpenOptions::new().read(true).write(true).open(&path).unwrap();
+    f.write_all_at(&word.to_ne_bytes(), fh::MIGRATION as u64).unwrap();
+    for (i, b) in bits.iter().enumerate() {
+        f.write_all_at(&b.to_ne_bytes(), (fh::MOVED + 8 * i) as u64).unwrap();
+    }
+    let planted = d.0.join(format!("c.resize-{:016x}", word >> 2));
+    match plant % 3 {
+        1 => std::fs::write(&planted, vec![0xa5u8; 8192]).unwrap(),
+        2 => std::os::unix::fs::symlink(&target, &planted).unwrap(),
+        _ => {}
+    }
+    let before = listing(d.0.parent().unwrap());
+    // A process that keeps the file open while others come and go.
+    let held = Cache::open(&path, &as_is());
+    if let Ok(c) = &held {
+        for i in 0..100 {
+            let k = format!("k{i}").into_bytes();
+            if let Ok(Some(v)) = c.get(&k) {
+                verify_value(&k, &v.data);
+            }
+            let _ = c.set(&k, &make_value(&k, 9000 + i, 100), 0, 0);
+        }
+        let _ = c.check();
+        let _ = c.resize(2 << 20, 0);
+        for i in 0..100 {
+            let k = format!("k{i}").into_bytes();
+            if let Ok(Some(v)) = c.get(&k) {
+                verify_value(&k, &v.data);
+            }
+        }
+    }
+    drop(held);
+    assert_eq!(std::fs::read(&target).unwrap(), b"not a cache", "the link's target was written");
+    assert_eq!(before, listing(d.0.parent().unwrap()), "a file appeared outside the directory");
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig {
+        cases: proptest_cases(24),
+        ..proptest::prelude::ProptestConfig::default()
+    })]
+    #[test]
+    fn hostile_records_never_crash_nor_escape(
+        word in proptest::prelude::any::<u64>(),
+        state in 0u64..4,
+        bits in proptest::collection::vec(proptest::prelude::any::<u64>(), 0..16),
+        plant in 0u8..3,
+    ) {
+        hostile_record(word & !3 | state, &bits, plant);
+    }
+}
