@@ -1926,9 +1926,13 @@ impl Cache {
         if node.store.migration_word() == 0 {
             let r = f(&node.store);
             match &r {
+                Ok(_) => return r,
                 Err(Error::Moved) => {}
-                _ if (read || r.is_err()) && node.store.retired() => {}
-                _ => return r,
+                // Zero pages of a file this process left meanwhile: any
+                // read of them fails its checks (a validated get never
+                // sees them: `seq` changes), so only errors are redone.
+                Err(_) if node.store.retired() => {}
+                Err(_) => return r,
             }
         }
         self.keyed_slow(key, read, f)

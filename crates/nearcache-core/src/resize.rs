@@ -235,11 +235,17 @@ pub(crate) fn step(at: u64, n: u64) {
     }
 }
 
+/// A new file no record names is left to its maker this long (it takes its
+/// lock and publishes its record within moments of making the file) before
+/// [`remove_stale`] takes it for the leftover of a killed resizer.
+pub(crate) const STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Remove new files of migrations that never published their record (a
 /// resizer killed between making the file and the compare-and-swap, or
 /// the loser of one that died before removing its file): any
 /// `<name>.resize-<hex>` beside the cache that is not the migration
-/// `record` names and whose resizer's lock is free.
+/// `record` names, unchanged for [`STALE_AFTER`], and whose resizer's lock
+/// is free.
 pub(crate) fn remove_stale(path: &Path, record: u64) {
     let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else { return };
     let Ok(list) = std::fs::read_dir(dir) else { return };
@@ -258,6 +264,13 @@ pub(crate) fn remove_stale(path: &Path, record: u64) {
             continue;
         }
         let temp = temp_path(path, id);
+        let age = std::fs::symlink_metadata(&temp)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok());
+        if !age.is_some_and(|a| a >= STALE_AFTER) {
+            continue;
+        }
         if let Ok(Owner::Taken(_lock)) = take_owner(&temp) {
             let _ = std::fs::remove_file(&temp);
         }
