@@ -1,25 +1,20 @@
 """``IncompatibleFileError`` told in the caller's own terms.
 
-The engine refuses to open a cache file whose geometry (size, shards) differs
-from the one asked for, or whose layout another version of nearcache wrote,
-and its message ends with a remedy in the Python API's words: "open it with
-its own parameters (size=None) or pass recreate=True".  A Django site never
-calls ``Cache()``: it changed ``OPTIONS["size"]`` in its settings, and a
-Flask application its ``CACHE_NEARCACHE_OPTIONS``.  Until nearcache can
-migrate a file online, the integrations re-raise the error with the remedy
-in their own terms: the facts of the engine's message (the path, the
-geometry found and asked for, the layout versions) are kept; the clauses
-naming Python arguments are replaced.
+A cache file of another size or shard count is no error: the engine resizes
+it live (``Cache.resize``).  What remains is a file the engine cannot read:
+one whose layout another version of nearcache wrote (and which that version
+may still be using).  The engine's message states the facts (the path, the
+layout versions); a Django site never calls ``Cache()``, it set ``OPTIONS``
+in its settings, and a Flask application its ``CACHE_NEARCACHE_OPTIONS``,
+so the integrations re-raise the error with the remedy in their own terms:
+the facts of the engine's message are kept, and any clause naming Python
+arguments is replaced.
 
-:func:`reworded` builds that error from a :class:`Terms`; which remedy
-applies is found by opening the file once more with its own size: if
-that works, only the size (or shard count) differs and the
-file can be kept; if not, the layout differs and the file must be replaced.
+:func:`reworded` builds that error from a :class:`Terms`.
 """
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 
 from .errors import IncompatibleFileError
@@ -34,17 +29,15 @@ _API_WORDS = ("size=None", "recreate=", "own parameters")
 class Terms:
     """How one caller writes the options of a cache file.
 
-    ``asked``: the setting that asked for the size or shard count, as the
-    caller wrote it (``OPTIONS["size"] = "256MiB"``), or "" when none was
-    given.  ``keep``: how to open the file with its own size (``leave "size"
-    out of OPTIONS``).  ``recreate``: how to replace the file
+    ``asked``: the setting that opened the file with a size or shard count,
+    as the caller wrote it (``OPTIONS["size"] = "256MiB"``), or "" when none
+    was given.  ``recreate``: how to replace the file
     (``OPTIONS["recreate"] = True``).  ``needs_size``: what to add for
     ``recreate`` to take effect when no size was given (the engine replaces
     a file only for an explicit size), "" when a size was given.
     """
 
     asked: str
-    keep: str
     recreate: str
     needs_size: str = ""
 
@@ -68,43 +61,20 @@ def reworded(
 ) -> IncompatibleFileError:
     """``exc`` with its remedy in ``terms`` (the caller raises it ``from exc``).
 
-    ``path`` is the cache file ("" when the caller cannot tell: both
-    remedies are then given).  The file is opened once more with its own
-    size, and closed, to tell a size that differs from a layout that does.
+    ``path`` is the cache file ("" when the caller cannot tell).
+    ``allow_foreign_owner`` is accepted for the callers' sake: the remedy
+    does not depend on it.
     """
     facts = engine_facts(str(exc))
     if path and path not in facts:
         facts = f"{facts} ({path})"
     if terms.asked:
-        facts = f"{facts}, asked for by {terms.asked}"
-    own = _opens_with_own_size(path, allow_foreign_owner) if path else None
-    resize = (
-        "a cache file cannot be resized in place yet: "
-        f"{terms.keep} to keep this file and its entries (its own size is then used), "
-        f"or set {terms.recreate} to replace it with an empty file of the size asked for "
-        "(processes that have the old file open keep using it until they restart)"
-    )
+        facts = f"{facts}, opened with {terms.asked}"
     extra = f" and {terms.needs_size}" if terms.needs_size else ""
-    layout = (
+    remedy = (
         "the file was written by another version of nearcache, which may still be "
         f"running: set {terms.recreate}{extra} to replace it with an empty file, or "
-        f"delete {path or 'it'} once no process of that version uses it"
+        f"delete {path or 'it'} once no process of that version uses it (a file of "
+        "another size is no error: it is resized live, keeping its entries)"
     )
-    if own is None:
-        remedy = f"if only its size differs, {resize}; if its layout differs, {layout}"
-    else:
-        remedy = resize if own else layout
     return IncompatibleFileError(f"{facts}. {remedy[0].upper()}{remedy[1:]}.")
-
-
-def _opens_with_own_size(path: str, allow_foreign_owner: bool) -> bool:
-    """Whether the file at ``path`` opens with its own geometry (only size or shards differ)."""
-    from ._native import NativeCache
-
-    try:
-        handle = NativeCache(path, 0, create=False, allow_foreign_owner=allow_foreign_owner)
-    except Exception:
-        return False
-    with contextlib.suppress(Exception):
-        handle.close()
-    return True

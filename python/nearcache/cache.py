@@ -455,9 +455,11 @@ class Cache(PolicyMethods):
         are binary (``"64M"`` is 67,108,864 bytes), ``MB`` is decimal
         (``"64MB"`` is 64,000,000 bytes).  ``None`` (default) opens an
         existing file with whatever size it has and otherwise creates one of
-        :data:`DEFAULT_SIZE` (64 MiB).  An explicit size that differs from
-        the existing file's raises :class:`~nearcache.IncompatibleFileError`
-        unless ``recreate=True``, which replaces the file (and its entries).
+        :data:`DEFAULT_SIZE` (64 MiB).  An explicit size (or ``shards``)
+        that differs from the existing file's resizes it live, as
+        :meth:`resize` does: entries are kept (on a shrink, the most recently
+        written that fit) and every process using the file follows; with
+        ``recreate=True`` the file is replaced by an empty one instead.
     ``shards``
         Number of independently locked shards; ``0`` lets the engine choose
         from the size.  The largest entry is a fraction of a shard
@@ -1120,6 +1122,30 @@ class Cache(PolicyMethods):
     def flush(self) -> None:
         """Write the mapping back to its file (for caches on a disk file system)."""
         self._native.flush()
+
+    def resize(self, size: int | str, shards: int | None = None) -> dict[str, int]:
+        """Resize the cache file live; return its new ``capacity`` and ``shards``.
+
+        ``size`` as in the constructor (``"256MiB"``); ``shards`` a power of
+        two, or ``None``/``0`` to choose from the size.  A new file of that
+        geometry is built beside the cache, the live entries are moved into
+        it shard by shard while every process keeps using the cache (a
+        shrink keeps the most recently written entries that fit, a grow
+        keeps them all), and it replaces the old file: every process
+        attached follows at its next operation, and the old file's memory is
+        freed once the last of them has.  If another resize of this cache is
+        under way, this call waits for it and returns its result.
+
+        >>> c = Cache("doc-resize", size="1MiB", recreate=True)
+        >>> c.set("kept", 1)
+        >>> c.resize("4MiB")["capacity"] > 3 * 2**20
+        True
+        >>> c.get("kept")
+        1
+        >>> c.clear()
+        """
+        size_bytes = parse_size(size)
+        return self._native.resize(size_bytes, shards or 0)
 
     def close(self) -> None:
         """Release the file; any later operation raises :class:`~nearcache.CacheClosedError`.

@@ -235,6 +235,16 @@ def build_parser() -> argparse.ArgumentParser:
     clear = sub.add_parser("clear", help="remove every entry of a cache")
     clear.add_argument("name", metavar="NAME|PATH")
 
+    resize = sub.add_parser(
+        "resize", help="resize a cache live, keeping its entries (the newest that fit)"
+    )
+    resize.add_argument("name", metavar="NAME|PATH")
+    resize.add_argument("size", metavar="SIZE", help="new size: bytes or '256MiB', '2GiB'...")
+    resize.add_argument(
+        "--shards", type=int, default=0, metavar="N", help="shard count (default: from the size)"
+    )
+    resize.add_argument("--json", action="store_true", help="print JSON")
+
     info = sub.add_parser("info", help="print a cache file's geometry")
     info.add_argument("name", metavar="NAME|PATH")
     info.add_argument("--check", action="store_true", help="verify every shard's invariants")
@@ -275,6 +285,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "top": tools.main_top,
         "stats": _stats,
         "clear": _clear,
+        "resize": _resize,
         "info": _info,
     }
     try:
@@ -551,6 +562,48 @@ def _clear(args: argparse.Namespace) -> int:
     finally:
         cache.close()
     print(f"cleared {_resolve(args.name)}: {before:,} entries removed")
+    return 0
+
+
+def _resize(args: argparse.Namespace) -> int:
+    """Resize a cache live and print its entries and size before and after."""
+    from .units import parse_size
+
+    try:
+        size = parse_size(args.size)
+        cache = _open_native(args.name)
+    except Exception as exc:
+        return _fail(exc)
+
+    def state() -> dict[str, int]:
+        stats = cache.stats()
+        return {
+            "entries": len(cache),
+            "size_bytes": cache.capacity,
+            "shards": cache.shard_count,
+            "held_bytes": stats["held_bytes"],
+        }
+
+    try:
+        before = state()
+        cache.resize(size, args.shards)
+        after = state()
+    except Exception as exc:
+        return _fail(exc)
+    finally:
+        cache.close()
+    if args.json:
+        print(json.dumps({"path": _resolve(args.name), "before": before, "after": after}))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"nearcache resize: {_resolve(args.name)}", title_justify="left")
+    for column in ("", "before", "after"):
+        table.add_column(column, justify="right" if column else "left")
+    for key in before:
+        table.add_row(key, f"{before[key]:,}", f"{after[key]:,}")
+    Console().print(table)
     return 0
 
 

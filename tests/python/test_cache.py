@@ -61,14 +61,15 @@ def test_reopen_without_size_keeps_the_file_size(cache_dir: Path) -> None:
         assert c.get("k") == 1
 
 
-def test_size_mismatch_is_an_error_unless_recreate(make_cache: Callable[..., Cache]) -> None:
+def test_another_size_resizes_unless_recreate(make_cache: Callable[..., Cache]) -> None:
     first = make_cache("f", size="1MiB")
     first.set("k", 1)
-    with pytest.raises(nearcache.IncompatibleFileError):
-        make_cache("f", size="2MiB")
-    assert first.get("k") == 1
-    replaced = make_cache("f", size="2MiB", recreate=True)
-    assert replaced.capacity > first.capacity
+    grown = make_cache("f", size="2MiB")
+    assert grown.capacity > 1.5 * 2**20
+    assert grown.get("k") == 1 and first.get("k") == 1
+    assert first.capacity == grown.capacity
+    replaced = make_cache("f", size="4MiB", recreate=True)
+    assert replaced.capacity > grown.capacity
     assert replaced.get("k") is None
 
 

@@ -220,10 +220,13 @@ def test_bad_geometry(tmp_path: Path, size: int, shards: int, match: str) -> Non
 def test_reopen_with_other_parameters(tmp_path: Path) -> None:
     path = str(tmp_path / "r")
     n.NativeCache(path, 1 << 20, 2).set("k", b"v")
-    with pytest.raises(n.IncompatibleFileError, match="recreate"):
-        n.NativeCache(path, 2 << 20, 2)
+    # Another size: resized live, the entry kept.
+    grown = n.NativeCache(path, 2 << 20, 2)
+    assert grown.get("k") == b"v" and grown.capacity > 1 << 20
     same = n.NativeCache(path, 0, create=False)
     assert same.get("k") == b"v" and same.shard_count == 2
+    assert same.resize(4 << 20, 4) == {"capacity": same.capacity, "shards": 4}
+    assert grown.get("k") == b"v" and grown.shard_count == 4
     fresh = n.NativeCache(path, 2 << 20, 4, recreate=True)
     assert fresh.get("k") is None and fresh.shard_count == 4
 

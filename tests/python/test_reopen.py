@@ -330,16 +330,17 @@ def test_opener_open_follows_recreate_and_create(tmp_path: Path) -> None:
     assert not os.path.exists(path)
     with n.Opener(path, 1 << 20).open() as c:
         c.set("k", b"v")
-    with pytest.raises(n.IncompatibleFileError):
-        n.Opener(path, 2 << 20).open()
-    with n.Opener(path, 2 << 20).open(recreate=True) as c:
-        assert c.get("k") is None and c.capacity > 1 << 20
+    # Another size: resized, the entry kept; with recreate: replaced.
+    with n.Opener(path, 2 << 20).open() as c:
+        assert c.get("k") == b"v" and c.capacity > 1 << 20
+    with n.Opener(path, 4 << 20).open(recreate=True) as c:
+        assert c.get("k") is None and c.capacity > 2 << 20
     # Without a size: an existing file as it is; a missing one of size_if_missing
     # bytes, unless create is false.
     other = str(tmp_path / "other")
     as_is = n.Opener(path, 0, size_if_missing=1 << 20)
     with as_is.open() as c:
-        assert c.capacity > 1 << 20
+        assert c.capacity > 2 << 20
     missing = n.Opener(other, 0, size_if_missing=1 << 20)
     with pytest.raises(n.CacheNotFoundError):
         missing.open(create=False)

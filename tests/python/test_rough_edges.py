@@ -450,17 +450,17 @@ def test_1_11_incr_on_a_missing_key_without_default_names_the_key(
         assert info.value.args == (12,), store
 
 
-# ------------------------------------------ 1.12 IncompatibleFileError speaks Python
+# ------------------------------ 1.12 another size is no error: the file is resized
 
 
-def test_1_12_incompatible_file_error_says_recreate_true_in_python(tmp_path: Path) -> None:
-    Cache(path=tmp_path / "c", size="1MiB").close()
-    with pytest.raises(nearcache.IncompatibleFileError) as info:
-        Cache(path=tmp_path / "c", size="2MiB")
-    assert "recreate=True" in str(info.value)
-    assert "recreate=true" not in str(info.value)
-    with Cache(path=tmp_path / "c", size="2MiB", recreate=True) as cache:
-        assert cache.capacity >= 2 * 1024 * 1024 - 4096
+def test_1_12_another_size_resizes_the_file_keeping_its_entries(tmp_path: Path) -> None:
+    with Cache(path=tmp_path / "c", size="1MiB") as small:
+        small.set("k", "v")
+    with Cache(path=tmp_path / "c", size="2MiB") as cache:
+        assert cache.capacity >= 2 * 1024 * 1024 - 8192
+        assert cache.get("k") == "v"
+    with Cache(path=tmp_path / "c", size="2MiB", shards=4, recreate=True) as cache:
+        assert cache.get("k") is None
 
 
 # ------------------------------------------------ 1.13 URL option typos are named

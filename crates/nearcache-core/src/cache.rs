@@ -2,7 +2,7 @@
 //!
 //! A key's xxh3 hash picks its shard; every write of one key takes that
 //! shard's lock once, and a get reads without it (validated by the shard's
-//! sequence word, falling back to the lock; see `shard.rs`). Batch
+//! sequence word, falling back to the lock; see `shard/optimistic.rs`). Batch
 //! operations group keys by shard and take each shard's lock once for the
 //! whole group. TTLs are absolute Unix
 //! milliseconds stored in the entry (0 = never), so every process agrees
@@ -15,7 +15,7 @@
 //!
 //! Room on the file system. Each handle keeps a reserve of the file system
 //! free (`OpenOptions::fs_reserve`, resolved once at open): shards do not
-//! grow into it (`shard.rs`), and spilled values' files are not written
+//! grow into it (`shard/arena.rs`), and spilled values' files are not written
 //! into it (`spill.rs`). When a spilled value finds no room (the reserve,
 //! or a full file system), `make_room` evicts spilled values first, then
 //! has shards give memory back from a moving hand (`ShardGuard::give_back`,
@@ -34,6 +34,7 @@ use crate::error::{Error, Result};
 use crate::file::{self, Mapping, OpenOptions};
 use crate::hash::{hash_key, shard_of};
 use crate::layout::{entry_size, fh, Geometry, FLAG_SPILLED, GROW_CHUNK, HEADER_SIZE, MAX_KEY_LEN};
+use crate::resize::{self, Owner, Record};
 use crate::shard::{
     self as shard_mod, CasOutcome, Entry0, EntryRef, Now, SetMode, Shard, ShardGuard,
 };
@@ -42,8 +43,8 @@ use crate::stats::ShardStats;
 use std::collections::HashSet;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// Flag value the engine uses for 64-bit counters (little-endian i64).
 pub const FLAG_INT: u32 = 2;
@@ -122,8 +123,10 @@ pub struct CheckReport {
     pub repaired_shards: usize,
 }
 
-/// A shared-memory cache file mapped into this process.
-pub struct Cache {
+/// One cache file mapped into this process: the engine proper. The public
+/// [`Cache`] routes every call to the `Store` of the file that holds the
+/// key now (two during a live resize, see `resize.rs`).
+pub(crate) struct Store {
     /// Shared with every other handle of the file in this process.
     map: Arc<Mapping>,
     geo: Geometry,
@@ -148,9 +151,9 @@ pub struct Cache {
     room_hand: AtomicUsize,
 }
 
-impl std::fmt::Debug for Cache {
+impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Cache")
+        f.debug_struct("Store")
             .field("path", &self.path)
             .field("shards", &self.geo.shard_count)
             .field("capacity", &self.geo.total_size())
@@ -159,7 +162,7 @@ impl std::fmt::Debug for Cache {
 }
 
 /// A u64 field of the file header of `m`, as an atomic.
-fn header_word(m: &Mapping, field: usize) -> &AtomicU64 {
+pub(crate) fn header_word(m: &Mapping, field: usize) -> &AtomicU64 {
     debug_assert!(field % 8 == 0 && field + 8 <= fh::FIELDS_END);
     // SAFETY: the header page is mapped as long as `m`; `field` is an
     // 8-aligned offset inside its fields (above), and every process
@@ -203,35 +206,38 @@ fn expires_for(ttl_ms: u64, now: &mut Now) -> u64 {
     }
 }
 
-impl Cache {
-    /// Open or create the cache at `path`.
+impl Store {
+    /// Open or create the file at `file_path`, whose spill directory and
+    /// claims are named after `name` (the cache's path: a resize builds
+    /// its new file under a temporary name, and its spilled values live
+    /// beside the cache). `origin`: the id of the migration this new file
+    /// is built for (see `resize.rs`), recorded in its header at creation,
+    /// and the hash seed it keeps from the old file.
     ///
     /// If this process already has the file mapped (through another handle
     /// still alive, closed or not), the new handle shares that mapping,
     /// after the same checks as a first open (see `file::reopen`).
-    pub fn open(path: impl AsRef<Path>, opts: &OpenOptions) -> Result<Cache> {
-        // Resolved once, here: a process that changes its working directory
-        // later (daemons go to /) still names the same file and spill
-        // directory.
-        let given = path.as_ref();
-        let path = std::path::absolute(given)
-            .map_err(|e| Error::io(format!("resolve {}", given.display()), e))?;
-        let path = path.as_path();
-        let (map, first_here) = match file::reopen(path, opts) {
+    pub(crate) fn open_as(
+        file_path: &Path,
+        name: &Path,
+        opts: &OpenOptions,
+        origin: Option<(u64, u64)>,
+    ) -> Result<Store> {
+        let (map, first_here) = match file::reopen(file_path, opts) {
             Some(map) => (map, false),
-            None => (Cache::map_file(path, opts)?, true),
+            None => (Store::map_file(file_path, name, opts, origin)?, true),
         };
         let geo = map.geo;
         // The default reserve was read once, when the file was mapped;
         // growths and spills then check it with one fstatvfs each.
         let fs_reserve = map.fs_reserve(opts.fs_reserve);
-        let cache = Cache {
+        let cache = Store {
             max_entry: geo.max_entry_size(),
             geo,
             shards: shards_of(&map, &geo, fs_reserve),
             fs_reserve,
             map,
-            path: path.to_path_buf(),
+            path: name.to_path_buf(),
             lock_timeout: opts.lock_timeout,
             closed: AtomicBool::new(false),
             spill_threshold: opts.spill_threshold.unwrap_or(file::DEFAULT_SPILL_THRESHOLD),
@@ -246,21 +252,32 @@ impl Cache {
         if first_here
             && cache.spill_budget > 0
             && !cache.allow_foreign_owner
-            && file::in_shared_sticky_dir(path)
+            && file::in_shared_sticky_dir(name)
         {
             // In a directory every user can create names in (/tmp,
             // /dev/shm), claim `<cache>.spill` now, and refuse one another
             // user made: left for the first spill, the name could be taken
             // by anyone meanwhile, and every spill would fail.
-            let dir = SpillDir::open(path, true, false)?.expect("created");
+            let dir = SpillDir::open(name, true, false)?.expect("created");
             let _ = cache.spill.set(dir);
         }
         Ok(cache)
     }
 
     /// Open (or create) and map the file, and register the mapping.
-    fn map_file(path: &Path, opts: &OpenOptions) -> Result<Arc<Mapping>> {
+    fn map_file(
+        path: &Path,
+        name: &Path,
+        opts: &OpenOptions,
+        origin: Option<(u64, u64)>,
+    ) -> Result<Arc<Mapping>> {
         let init = |m: &Mapping, g: &Geometry| {
+            if let Some((id, _)) = origin {
+                // Before anything else can see the file: its sweeps wait
+                // for the migration to fill it (see `resize.rs`).
+                header_word(m, fh::MIG_ORIGIN).store(id, Ordering::SeqCst);
+                header_word(m, fh::MIG_FILLING).store(1, Ordering::SeqCst);
+            }
             let keep = m.fs_reserve(opts.fs_reserve);
             for s in shards_of(m, g, keep) {
                 s.init()?;
@@ -274,26 +291,13 @@ impl Cache {
             }
             Ok(())
         };
-        let alone = |m: &Mapping, g: &Geometry| sweep_alone(m, g, path, opts);
-        let map = Arc::new(file::open(path, opts, &init, &reattach, &alone)?.map);
+        let alone = |m: &Mapping, g: &Geometry| sweep_alone(m, g, name, opts);
+        let seed = origin.map(|(_, seed)| seed);
+        let map = Arc::new(file::open(path, opts, seed, &init, &reattach, &alone)?.map);
         crate::registry::insert(&map);
         Ok(map)
     }
 
-    /// Open or create `name` in [`file::default_directory`].
-    pub fn open_named(name: &str, opts: &OpenOptions) -> Result<Cache> {
-        if name.is_empty() || name.contains('/') || name == "." || name == ".." {
-            return Err(Error::InvalidArgument(format!(
-                "cache name {name:?} must be a plain file name"
-            )));
-        }
-        Cache::open(file::default_directory()?.join(name), opts)
-    }
-
-    /// The file's path.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
     /// The file's geometry.
     pub fn geometry(&self) -> &Geometry {
         &self.geo
@@ -326,10 +330,6 @@ impl Cache {
     /// Longest wait for a shard lock (see [`OpenOptions::lock_timeout`]).
     pub fn lock_timeout(&self) -> std::time::Duration {
         self.lock_timeout
-    }
-    /// Whether `close` was called.
-    pub fn is_closed(&self) -> bool {
-        self.closed.load(Ordering::Relaxed)
     }
 
     /// Mark the handle closed. Idempotent. Other handles of the file are
@@ -364,10 +364,102 @@ impl Cache {
         Ok((&self.shards[shard_of(h, self.geo.shard_count)], h))
     }
 
-    /// Lock `shard` for a change: a timeout is an error.
+    /// Lock `shard` for a change: a timeout is an error, and so is a
+    /// shard a resize moved to a new file ([`Error::Moved`], which the
+    /// public [`Cache`] follows).
     #[inline]
     fn lock_for_write<'a>(&self, shard: &'a Shard) -> Result<ShardGuard<'a>> {
-        shard.lock(self.lock_timeout).inspect_err(|e| self.noticed(e))
+        let g = shard.lock(self.lock_timeout).inspect_err(|e| self.noticed(e))?;
+        self.check_not_moved(shard, g)
+    }
+
+    /// `g`, unless its shard was moved by a resize: sealed (`seq` left
+    /// odd), or marked in the file's moved bitmap (which survives a repair
+    /// of the shard), or the mapping was retired after a resize. One load
+    /// of a word the lock holder reads anyway, and of a header word every
+    /// process only reads, on the path of every locked operation.
+    #[inline]
+    fn check_not_moved<'a>(&self, shard: &'a Shard, g: ShardGuard<'a>) -> Result<ShardGuard<'a>> {
+        if g.is_sealed() || (self.migration_word() != 0 && self.is_moved(self.index_of(shard))) {
+            return Err(Error::Moved);
+        }
+        if self.map.retired() {
+            // Locked zero pages: the file was left after a resize.
+            return Err(Error::Moved);
+        }
+        Ok(g)
+    }
+
+    /// The file's migration record (`fh::MIGRATION`, see `resize.rs`).
+    #[inline]
+    pub(crate) fn migration_word(&self) -> u64 {
+        header_word(&self.map, fh::MIGRATION).load(Ordering::Acquire)
+    }
+
+    /// Whether shard `i` was moved by the migration in progress (its
+    /// record says in how many groups the shards move).
+    pub(crate) fn is_moved(&self, i: usize) -> bool {
+        let groups = crate::resize::groups_of(self.migration_word() >> 2);
+        crate::resize::moved_bit(&self.map, i % groups)
+    }
+
+    /// The index of `shard`, one of ours.
+    fn index_of(&self, shard: &Shard) -> usize {
+        let base = self.shards.as_ptr() as usize;
+        (shard as *const Shard as usize - base) / std::mem::size_of::<Shard>()
+    }
+
+    /// The mapping (for `resize.rs`).
+    pub(crate) fn mapping(&self) -> &Arc<Mapping> {
+        &self.map
+    }
+
+    /// The shards (for `resize.rs`).
+    pub(crate) fn shard_slice(&self) -> &[Shard] {
+        &self.shards
+    }
+
+    /// Whether this process left the file after a resize.
+    #[inline]
+    pub(crate) fn retired(&self) -> bool {
+        self.map.retired()
+    }
+
+    /// The spill directory, if it exists (for `resize.rs`).
+    pub(crate) fn spill_dir_if_any(&self) -> Option<&SpillDir> {
+        self.spill_dir(false).ok().flatten()
+    }
+
+    /// Store entries copied by a resize, `(key, value, raw flags,
+    /// absolute expiry)` in the order given (oldest first), each only if
+    /// its key is absent (a newer write to the new file wins), taking each
+    /// shard's lock once. A spilled entry's value is its reference and its
+    /// flags carry `FLAG_SPILLED`. Returns, per entry, whether it was
+    /// stored (an entry too large for this geometry, or refused, is not).
+    pub(crate) fn put_moved(&self, entries: &[(&[u8], &[u8], u32, u64)]) -> Vec<bool> {
+        let mut stored = vec![false; entries.len()];
+        let keys: Vec<&[u8]> = entries.iter().map(|e| e.0).collect();
+        let Ok(plan) = self.plan(&keys) else { return stored };
+        let mut now = Now::new();
+        for run in plan.chunk_by(|a, b| a.0 == b.0) {
+            let Ok(g) = self.lock_for_write(&self.shards[run[0].0]) else { continue };
+            for &(_, i, h) in run {
+                let (k, v, f, e) = entries[i];
+                if entry_size(k.len(), v.len()) <= self.max_entry {
+                    stored[i] =
+                        matches!(g.set(k, h, v, f, e, SetMode::IfAbsent, &mut now), Ok(true));
+                }
+            }
+            drop(g);
+            self.reap();
+        }
+        stored
+    }
+
+    /// Count spilled values a resize copied in (`bytes` in `n` files).
+    pub(crate) fn count_moved_spills(&self, bytes: u64, n: u64) {
+        header_word(&self.map, fh::SPILL_BYTES).fetch_add(bytes, Ordering::Relaxed);
+        header_word(&self.map, fh::SPILL_VALUES).fetch_add(n, Ordering::Relaxed);
     }
 
     /// A shard refused as damaged: the next process that attaches alone
@@ -384,7 +476,7 @@ impl Cache {
     #[inline]
     fn lock_for_read<'a>(&self, shard: &'a Shard) -> Result<Option<ShardGuard<'a>>> {
         match shard.lock(self.lock_timeout) {
-            Ok(g) => Ok(Some(g)),
+            Ok(g) => self.check_not_moved(shard, g).map(Some),
             Err(Error::LockTimeout { .. }) => Ok(None),
             Err(e) => {
                 self.noticed(&e);
@@ -859,6 +951,8 @@ impl Cache {
             let need = bytes.load(Ordering::Acquire).saturating_sub(self.spill_budget);
             let g = match self.lock_for_write(&self.shards[i]) {
                 Ok(g) => g,
+                // Moved to a resized file: nothing of it to evict here.
+                Err(Error::Moved) => continue,
                 Err(e) => {
                     saturating_sub(bytes, len);
                     return Err(e);
@@ -933,6 +1027,11 @@ impl Cache {
     /// between being linked and being published by another process).
     pub fn sweep_spilled(&self, grace: std::time::Duration) -> Result<SweepReport> {
         self.live()?;
+        if crate::resize::sweeps_paused(&self.map) {
+            // Entries are moving between two files: neither knows every
+            // file the other names.
+            return Ok(SweepReport::default());
+        }
         let Some(dir) = self.spill_dir(false)? else { return Ok(SweepReport::default()) };
         let report = dir.sweep(grace, &mut || Ok(self.referenced_spills()?.0))?;
         // An orphan's bytes were counted when its writer reserved them and
@@ -1157,15 +1256,6 @@ impl Cache {
         Ok(())
     }
 
-    /// Values of many keys (None for misses), in order.
-    pub fn get_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<Option<Value>>> {
-        let mut out = vec![None; keys.len()];
-        self.get_many_with(keys, |i, e| {
-            out[i] = Some(Value { data: e.to_vec(), flags: e.flags() })
-        })?;
-        Ok(out)
-    }
-
     /// Store many (key, value, flags) items with one TTL, taking each
     /// shard's lock once. All entries are size-checked before anything is
     /// stored, so a too-large item leaves the cache unchanged. On a full
@@ -1249,11 +1339,6 @@ impl Cache {
         Ok(self.shards.iter().map(|s| s.items_unlocked()).sum())
     }
 
-    /// Whether the cache holds no entries.
-    pub fn is_empty(&self) -> Result<bool> {
-        Ok(self.len()? == 0)
-    }
-
     /// Call `f(key, meta)` for every live entry (one shard locked at a time).
     pub fn for_each_key(&self, mut f: impl FnMut(&[u8], &Entry0)) -> Result<()> {
         self.live()?;
@@ -1328,7 +1413,7 @@ impl Cache {
         self.map.flush()
     }
 
-    // ---- versions and compare-and-swap (see "Versions" in shard.rs)
+    // ---- versions and compare-and-swap (see "Versions" in shard/mod.rs)
 
     /// [`Cache::get_with`], plus the version of the entry the value was
     /// read from (never 0). The pair is consistent: the value is the one
@@ -1463,6 +1548,971 @@ impl Cache {
         Ok(removed)
     }
 
+    /// Test hook: lock the shard of `key`, leave it half-written (seq odd)
+    /// and block for `hold`, as a process stalled or killed inside a write
+    /// would. Used by crash-recovery tests; never called in normal use.
+    #[doc(hidden)]
+    pub fn debug_hold_shard_mid_write(&self, key: &[u8], hold: std::time::Duration) -> Result<()> {
+        let (shard, _) = self.route(key)?;
+        let g = self.lock_for_write(shard)?;
+        g.scribble_mid_write();
+        std::thread::sleep(hold);
+        // Survived the hold: repair what we scribbled.
+        g.reset_after_scribble();
+        drop(g);
+        Ok(())
+    }
+
+    /// Test hook: lock the shard of `key` and hold the lock for `hold`
+    /// without changing anything, as a writer preempted inside a write
+    /// would (seq stays even). Never called in normal use.
+    #[doc(hidden)]
+    pub fn debug_hold_shard_lock(&self, key: &[u8], hold: std::time::Duration) -> Result<()> {
+        let (shard, _) = self.route(key)?;
+        let g = self.lock_for_write(shard)?;
+        std::thread::sleep(hold);
+        drop(g);
+        Ok(())
+    }
+
+    /// Test hook: the address of the mapping this handle uses (handles that
+    /// share a mapping report the same one).
+    #[doc(hidden)]
+    pub fn debug_mapping_address(&self) -> usize {
+        self.map.ptr as usize
+    }
+
+    /// Test hook: how this handle's mapping attached to the file: "created",
+    /// "repaired" (alone, every shard repaired), "clean" (alone after a
+    /// verified clean detach, shards left as they are) or "shared" (other
+    /// processes attached).
+    #[doc(hidden)]
+    pub fn debug_attach(&self) -> &'static str {
+        match self.map.how {
+            file::Attach::Created => "created",
+            file::Attach::Repaired => "repaired",
+            file::Attach::Clean => "clean",
+            file::Attach::Shared => "shared",
+        }
+    }
+
+    /// Index of the shard holding `key`.
+    pub fn shard_index(&self, key: &[u8]) -> usize {
+        shard_of(hash_key(self.geo.seed, key), self.geo.shard_count)
+    }
+}
+
+// ---- the public handle: routing every call across a live resize
+
+/// Redirections one call follows before it gives up (each means a resize
+/// moved the key's shard, or finished, while the call was under way).
+const REDIRECTS: usize = 64;
+/// How often (ms) a handle that routes around a migration checks that
+/// its resizer is still alive.
+const PROBE_MS: u64 = 50;
+
+/// One file this handle has used, kept until the handle is dropped (a file
+/// left after a resize holds only address space: zero pages).
+struct Node {
+    store: Store,
+    /// The new file of the migration in progress, with its id.
+    next: Mutex<Option<(u64, Arc<Store>)>>,
+    /// Unix ms of the last check that the resizer is alive.
+    probed_ms: AtomicU64,
+}
+
+impl Node {
+    fn new(store: Store) -> Box<Node> {
+        Box::new(Node { store, next: Mutex::new(None), probed_ms: AtomicU64::new(0) })
+    }
+}
+
+/// A shared-memory cache mapped into this process.
+///
+/// Keys are routed to the file that holds them now: one file, except while
+/// a resize (`resize.rs`) moves entries to a new file, when keys of moved
+/// shards go to the new file; after the switch the handle follows the
+/// cache's path to the new file at its next call.
+pub struct Cache {
+    /// The node of the file in use; always one of `nodes`.
+    cur: AtomicPtr<Node>,
+    /// Every node this handle has used, freed with the handle. Boxed: `cur`
+    /// points into them, so they must not move when the Vec grows.
+    #[allow(clippy::vec_box)]
+    nodes: Mutex<Vec<Box<Node>>>,
+    path: PathBuf,
+    /// The options the handle was opened with (files are reopened with
+    /// them, as they are, after a resize).
+    opts: OpenOptions,
+    closed: AtomicBool,
+    /// Held while the handle switches files.
+    switch: Mutex<()>,
+}
+
+impl std::fmt::Debug for Cache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cache")
+            .field("path", &self.path)
+            .field("shards", &self.geometry().shard_count)
+            .field("capacity", &self.capacity())
+            .finish()
+    }
+}
+
+fn lock_ignoring_poison<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Whether `a` and `b` are the same shard layout (the seed aside).
+fn same_shape(a: &Geometry, b: &Geometry) -> bool {
+    a.shard_count == b.shard_count && a.shard_size == b.shard_size
+}
+
+impl Cache {
+    /// Open or create the cache at `path`.
+    ///
+    /// An existing file whose geometry differs from `opts.size` (and
+    /// `opts.shards`) is resized to it, live (see [`Cache::resize`]),
+    /// unless `opts.recreate` asks to replace it, or a resize of it is
+    /// already under way (this handle then follows that one, and keeps its
+    /// result).
+    ///
+    /// If this process already has the file mapped (through another handle
+    /// still alive, closed or not), the new handle shares that mapping,
+    /// after the same checks as a first open (see `file::reopen`).
+    pub fn open(path: impl AsRef<Path>, opts: &OpenOptions) -> Result<Cache> {
+        // Resolved once, here: a process that changes its working directory
+        // later (daemons go to /) still names the same file and spill
+        // directory.
+        let given = path.as_ref();
+        let path = std::path::absolute(given)
+            .map_err(|e| Error::io(format!("resolve {}", given.display()), e))?;
+        let want = match opts.size {
+            Some(size) => Some(Geometry::for_size(size, opts.shards)?),
+            None => None,
+        };
+        let store = match want {
+            Some(_) if !opts.recreate => Self::open_existing_or_create(&path, opts)?,
+            _ => Store::open_as(&path, &path, opts, None)?,
+        };
+        let node = Box::into_raw(Node::new(store));
+        // SAFETY: `node` comes from Box::into_raw just above; the Box is
+        // rebuilt once, here, and kept in `nodes`.
+        let boxed = unsafe { Box::from_raw(node) };
+        let cache = Cache {
+            cur: AtomicPtr::new(node),
+            nodes: Mutex::new(vec![boxed]),
+            path,
+            opts: OpenOptions { size: None, create: false, recreate: false, ..opts.clone() },
+            closed: AtomicBool::new(false),
+            switch: Mutex::new(()),
+        };
+        cache.settle_open()?;
+        if let (Some(w), Some(size)) = (want, opts.size) {
+            let idle = cache.node().store.migration_word() == 0;
+            if idle && !same_shape(cache.geometry(), &w) {
+                cache.resize(size, opts.shards)?;
+            }
+        }
+        Ok(cache)
+    }
+
+    /// The file at `path` as it is, or (none there) created with `opts`'
+    /// size: a file of another size is resized by the caller, not refused.
+    /// A creator that lost a race to another of another size opens the
+    /// winner's file as it is.
+    fn open_existing_or_create(path: &Path, opts: &OpenOptions) -> Result<Store> {
+        let as_is = OpenOptions { size: None, create: false, ..opts.clone() };
+        let mut last = None;
+        for _ in 0..4 {
+            match Store::open_as(path, path, &as_is, None) {
+                Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {}
+                other => return other,
+            }
+            match Store::open_as(path, path, opts, None) {
+                // Created meanwhile by another opener, with another size.
+                Err(e @ Error::Incompatible(_)) => last = Some(e),
+                other => return other,
+            }
+        }
+        Err(last.expect("the loop ran"))
+    }
+
+    /// Open or create `name` in [`file::default_directory`].
+    pub fn open_named(name: &str, opts: &OpenOptions) -> Result<Cache> {
+        if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+            return Err(Error::InvalidArgument(format!(
+                "cache name {name:?} must be a plain file name"
+            )));
+        }
+        Cache::open(file::default_directory()?.join(name), opts)
+    }
+
+    /// The node in use.
+    #[inline]
+    fn node(&self) -> &Node {
+        // SAFETY: `cur` always points to a Node boxed in `self.nodes`,
+        // which are freed only when `self` is dropped.
+        unsafe { &*self.cur.load(Ordering::Acquire) }
+    }
+
+    /// The file in use, for a question about it (its geometry): a file a
+    /// finished resize replaced is followed first.
+    fn cur_store(&self) -> &Store {
+        let node = self.node();
+        let moved = matches!(resize::decode(node.store.migration_word()), Record::Moved(_));
+        if (moved || node.store.retired()) && !self.is_closed() && self.follow(node).is_ok() {
+            return &self.node().store;
+        }
+        &node.store
+    }
+
+    /// Make `store` the file in use.
+    fn install(&self, store: Store) {
+        if self.closed.load(Ordering::Relaxed) {
+            store.close();
+        }
+        let mut node = Node::new(store);
+        let p: *mut Node = &mut *node;
+        lock_ignoring_poison(&self.nodes).push(node);
+        self.cur.store(p, Ordering::Release);
+    }
+
+    /// Open a file of this cache (its path, or a resize's new file) as it
+    /// is.
+    fn open_store(&self, file_path: &Path) -> Result<Store> {
+        Store::open_as(file_path, &self.path, &self.opts, None)
+    }
+
+    /// After an open: follow a finished resize, finish one whose resizer
+    /// died, reset a corrupt record.
+    fn settle_open(&self) -> Result<()> {
+        for _ in 0..REDIRECTS {
+            let node = self.node();
+            let w = node.store.migration_word();
+            match resize::decode(w) {
+                Record::None => return Ok(()),
+                Record::Moved(_) => self.follow(node)?,
+                Record::Corrupt => resize::reset_record(&node.store, w)?,
+                Record::Migrating(id) => {
+                    if self.target(node, id)?.is_some() {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        Err(self.kept_moving())
+    }
+
+    fn kept_moving(&self) -> Error {
+        Error::Corrupt(format!(
+            "{}: its resize record kept changing; the call was not done",
+            self.path.display()
+        ))
+    }
+
+    /// Switch from `node`'s file to the file the path names now (a resize
+    /// renamed its new file there), and retire `node`'s mapping.
+    #[cold]
+    fn follow(&self, node: &Node) -> Result<()> {
+        let _switching = lock_ignoring_poison(&self.switch);
+        if !std::ptr::eq(self.node(), node) {
+            return Ok(());
+        }
+        let store = self.open_store(&self.path)?;
+        if store.mapping().id() == node.store.mapping().id() {
+            // The path still names this file: its record says "moved"
+            // wrongly (no resize of ours leaves that). Reset it.
+            drop(store);
+            let w = node.store.migration_word();
+            if matches!(resize::decode(w), Record::Moved(_)) {
+                resize::reset_record(&node.store, w)?;
+            }
+            return Ok(());
+        }
+        self.install(store);
+        node.store.mapping().retire();
+        Ok(())
+    }
+
+    /// The new file of migration `id` of `node`'s file, opened once per
+    /// handle. Every `PROBE_MS` it also checks that the resizer is alive;
+    /// if not, this call finishes the migration and returns `None` (as it
+    /// does when the migration turns out finished, or its record was
+    /// reset): the caller reads the record again.
+    fn target(&self, node: &Node, id: u64) -> Result<Option<Arc<Store>>> {
+        let cached = lock_ignoring_poison(&node.next)
+            .as_ref()
+            .filter(|(i, _)| *i == id)
+            .map(|(_, s)| s.clone());
+        let now = crate::shard::now_ms();
+        let due = now.saturating_sub(node.probed_ms.load(Ordering::Relaxed)) >= PROBE_MS;
+        if let Some(s) = &cached {
+            if !due {
+                return Ok(Some(s.clone()));
+            }
+        }
+        node.probed_ms.store(now, Ordering::Relaxed);
+        let temp = resize::temp_path(&self.path, id);
+        let word = id << 2 | resize::MIGRATING;
+        match resize::take_owner(&temp)? {
+            Owner::Busy => {
+                let s = match cached {
+                    Some(s) => s,
+                    None => {
+                        let s = Arc::new(self.open_store(&temp)?);
+                        *lock_ignoring_poison(&node.next) = Some((id, s.clone()));
+                        s
+                    }
+                };
+                Ok(Some(s))
+            }
+            Owner::Taken(owner) => {
+                // The resizer died (or finished just now): finish its move.
+                if node.store.migration_word() == word {
+                    let s = match cached {
+                        Some(s) => s,
+                        None => Arc::new(self.open_store(&temp)?),
+                    };
+                    resize::drive(&node.store, &s, id, &self.path, &temp)?;
+                }
+                drop(owner);
+                Ok(None)
+            }
+            Owner::Gone => {
+                // Renamed over the path (its resizer died before the
+                // record said so), or removed.
+                match self.open_store(&self.path) {
+                    Ok(s) if resize::built_by(&s, id) => resize::finish_record(&node.store, id),
+                    _ => resize::reset_record(&node.store, word)?,
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    /// Wait until migration `id` of `node`'s file is over, finishing it if
+    /// its resizer dies; bounded like an attach wait.
+    fn settle(&self, node: &Node, id: u64) -> Result<()> {
+        let start = std::time::Instant::now();
+        let cap = self
+            .opts
+            .lock_timeout
+            .saturating_mul(crate::lock::OVERLOAD_FACTOR)
+            .max(file::ATTACH_WAIT_FLOOR);
+        let word = id << 2 | resize::MIGRATING;
+        while node.store.migration_word() == word {
+            if self.target(node, id)?.is_none() {
+                continue;
+            }
+            if start.elapsed() >= cap {
+                return Err(Error::LockTimeout { waited_ms: start.elapsed().as_millis() as u64 });
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        Ok(())
+    }
+
+    /// Run `f` on the file that holds `key` now. `read`: `f` changes
+    /// nothing, so it may run again if the file was left meanwhile.
+    #[inline]
+    fn keyed<T>(
+        &self,
+        key: &[u8],
+        read: bool,
+        mut f: impl FnMut(&Store) -> Result<T>,
+    ) -> Result<T> {
+        let node = self.node();
+        if node.store.migration_word() == 0 {
+            let r = f(&node.store);
+            match &r {
+                Ok(_) => return r,
+                Err(Error::Moved) => {}
+                // Zero pages of a file this process left meanwhile: any
+                // read of them fails its checks (a validated get never
+                // sees them: `seq` changes), so only errors are redone.
+                Err(_) if node.store.retired() => {}
+                Err(_) => return r,
+            }
+        }
+        self.keyed_slow(key, read, f)
+    }
+
+    #[cold]
+    fn keyed_slow<T>(
+        &self,
+        key: &[u8],
+        read: bool,
+        mut f: impl FnMut(&Store) -> Result<T>,
+    ) -> Result<T> {
+        for attempt in 0..REDIRECTS {
+            if attempt >= 8 {
+                std::thread::sleep(std::time::Duration::from_micros(100 << (attempt / 8)));
+            }
+            let node = self.node();
+            if node.store.retired() {
+                self.follow(node)?;
+                continue;
+            }
+            let w = node.store.migration_word();
+            let next;
+            let target = match resize::decode(w) {
+                Record::None => &node.store,
+                Record::Moved(_) => {
+                    self.follow(node)?;
+                    continue;
+                }
+                Record::Corrupt => {
+                    resize::reset_record(&node.store, w)?;
+                    continue;
+                }
+                Record::Migrating(id) => {
+                    let Some(s) = self.target(node, id)? else { continue };
+                    if node.store.is_moved(node.store.shard_index(key)) {
+                        next = s;
+                        &*next
+                    } else {
+                        &node.store
+                    }
+                }
+            };
+            let r = f(target);
+            match &r {
+                Err(Error::Moved) if w == 0 && attempt >= 2 => {
+                    // Sealed with no migration recorded (a record reset
+                    // by hand, or a hostile file): empty those shards.
+                    resize::reset_record(&node.store, 0)?;
+                }
+                Err(Error::Moved) => continue,
+                _ if (read || r.is_err()) && target.retired() => continue,
+                _ => return r,
+            }
+        }
+        Err(self.kept_moving())
+    }
+
+    /// Run `f` on the whole cache: one file, so during a migration this
+    /// waits for it to end (finishing it if its resizer died).
+    fn whole<T>(&self, mut f: impl FnMut(&Store) -> Result<T>) -> Result<T> {
+        for attempt in 0..REDIRECTS {
+            let node = self.node();
+            if node.store.retired() {
+                self.follow(node)?;
+                continue;
+            }
+            let w = node.store.migration_word();
+            match resize::decode(w) {
+                Record::None => {
+                    let r = f(&node.store);
+                    match &r {
+                        // Sealed shards and no migration recorded: see
+                        // `keyed_slow`.
+                        Err(Error::Moved) if attempt >= 2 => resize::reset_record(&node.store, 0)?,
+                        Err(Error::Moved) => {}
+                        Err(_) if node.store.retired() => {}
+                        _ => return r,
+                    }
+                }
+                Record::Moved(_) => self.follow(node)?,
+                Record::Corrupt => resize::reset_record(&node.store, w)?,
+                Record::Migrating(id) => self.settle(node, id)?,
+            }
+        }
+        Err(self.kept_moving())
+    }
+
+    /// Resize the cache, live, to `size` bytes (and `shards` shards, 0 to
+    /// choose from the size, as at creation), and return its geometry.
+    ///
+    /// A new file of the new geometry is built beside the cache, the live
+    /// entries are moved into it shard by shard while every process keeps
+    /// using the cache (on a shrink, the most recently written that fit;
+    /// on a grow, all), and it replaces the old file; every process
+    /// attached follows at its next call, and the old file's memory is
+    /// freed when the last of them has. If another resize of this cache is
+    /// under way, this one waits for it and keeps its result (the
+    /// geometry returned is then that one's). A resize to the geometry the
+    /// file has does nothing.
+    pub fn resize(&self, size: usize, shards: usize) -> Result<Geometry> {
+        let want = Geometry::for_size(size, shards)?;
+        let mut adopted = false;
+        for _ in 0..REDIRECTS {
+            self.live()?;
+            let node = self.node();
+            if node.store.retired() {
+                self.follow(node)?;
+                continue;
+            }
+            let w = node.store.migration_word();
+            match resize::decode(w) {
+                Record::None => {
+                    if adopted || same_shape(node.store.geometry(), &want) {
+                        return Ok(*node.store.geometry());
+                    }
+                    if !self.migrate(node, size, shards)? {
+                        adopted = true;
+                    }
+                }
+                Record::Moved(_) => self.follow(node)?,
+                Record::Corrupt => resize::reset_record(&node.store, w)?,
+                Record::Migrating(id) => {
+                    self.settle(node, id)?;
+                    adopted = true;
+                }
+            }
+        }
+        Err(self.kept_moving())
+    }
+
+    /// Move `node`'s file to a new one of `size` bytes and `shards`
+    /// shards. False: another resize published its record first.
+    fn migrate(&self, node: &Node, size: usize, shards: usize) -> Result<bool> {
+        resize::remove_stale(&self.path, node.store.migration_word());
+        let want = Geometry::for_size(size, shards)?;
+        let groups = resize::groups_for(node.store.geometry().shard_count, want.shard_count);
+        let id = resize::new_id(groups)?;
+        let temp = resize::temp_path(&self.path, id);
+        let opts = OpenOptions { size: Some(size), shards, create: true, ..self.opts.clone() };
+        let seed = node.store.geometry().seed;
+        let new = Arc::new(Store::open_as(&temp, &self.path, &opts, Some((id, seed)))?);
+        let Owner::Taken(owner) = resize::take_owner(&temp)? else {
+            let _ = std::fs::remove_file(&temp);
+            return Err(Error::io(
+                format!("lock {}", temp.display()),
+                std::io::Error::other("the new file of a resize was taken by another process"),
+            ));
+        };
+        let at = resize::abort_step();
+        resize::step(at, 1);
+        if !resize::publish(&node.store, id) {
+            let _ = std::fs::remove_file(&temp);
+            drop(owner);
+            return Ok(false);
+        }
+        resize::step(at, 2);
+        *lock_ignoring_poison(&node.next) = Some((id, new.clone()));
+        resize::drive(&node.store, &new, id, &self.path, &temp)?;
+        drop(owner);
+        self.follow(node)?;
+        Ok(true)
+    }
+
+    fn live(&self) -> Result<()> {
+        if self.closed.load(Ordering::Relaxed) {
+            Err(Error::Closed)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The cache's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+    /// The geometry of the file in use.
+    pub fn geometry(&self) -> &Geometry {
+        self.cur_store().geometry()
+    }
+    /// Total bytes of the file.
+    pub fn capacity(&self) -> usize {
+        self.cur_store().capacity()
+    }
+    /// Number of shards.
+    pub fn shard_count(&self) -> usize {
+        self.cur_store().shard_count()
+    }
+    /// Largest entry (16-byte header + key + value, padded to 4) accepted.
+    pub fn max_entry_size(&self) -> usize {
+        self.cur_store().max_entry_size()
+    }
+    /// Longest value accepted (with a short key): the spill budget, or
+    /// with spilling disabled what fits inline.
+    pub fn max_value_size(&self) -> u64 {
+        self.cur_store().max_value_size()
+    }
+    /// Values longer than this are spilled to files (see `spill.rs`).
+    pub fn spill_threshold(&self) -> usize {
+        self.cur_store().spill_threshold()
+    }
+    /// Longest wait for a shard lock (see [`OpenOptions::lock_timeout`]).
+    pub fn lock_timeout(&self) -> std::time::Duration {
+        self.cur_store().lock_timeout()
+    }
+    /// Whether `close` was called.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Relaxed)
+    }
+
+    /// Mark the handle closed. Idempotent. Other handles of the file are
+    /// not affected; the process detaches from the file when the last
+    /// handle sharing its mapping is dropped.
+    pub fn close(&self) {
+        let _switching = lock_ignoring_poison(&self.switch);
+        self.closed.store(true, Ordering::Release);
+        for n in lock_ignoring_poison(&self.nodes).iter() {
+            n.store.close();
+            if let Some((_, s)) = lock_ignoring_poison(&n.next).as_ref() {
+                s.close();
+            }
+        }
+    }
+
+    /// Run `f` on the value of `key` (no extra copy: `f` copies straight
+    /// from the mapping, or from a spilled value's file, into its own
+    /// buffer).
+    ///
+    /// The read is optimistic: it takes no lock, and if a writer changed
+    /// the shard meanwhile, what `f` returned is dropped and the read runs
+    /// again (at last under the lock). So `f` may run more than once, on
+    /// bytes that were changing; it must only copy them out, and only the
+    /// result of a validated run is returned. A spilled value whose file
+    /// fails its checks is dropped and reads as a miss.
+    #[inline]
+    pub fn get_with<R>(
+        &self,
+        key: &[u8],
+        mut f: impl FnMut(EntryRef<'_>) -> R,
+    ) -> Result<Option<R>> {
+        self.keyed(key, true, |s| s.get_with(key, &mut f))
+    }
+
+    /// [`Cache::get_with`] under the shard lock: `f` runs at most once, on
+    /// bytes that do not change (for callers whose `f` cannot run twice).
+    #[inline]
+    pub fn get_locked_with<R>(
+        &self,
+        key: &[u8],
+        f: impl FnOnce(EntryRef<'_>) -> R,
+    ) -> Result<Option<R>> {
+        let mut f = Some(f);
+        self.keyed(key, false, |s| match f.take() {
+            Some(g) => {
+                let mut once = Some(g);
+                let r = s.get_locked_with(key, |e| (once.take().expect("called once"))(e));
+                if let Some(g) = once {
+                    // Not called: it may run on the file the key moved to.
+                    f = Some(g);
+                }
+                r
+            }
+            None => Err(Error::Moved),
+        })
+    }
+
+    /// The value and flags of `key`.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Value>> {
+        self.keyed(key, true, |s| s.get(key))
+    }
+
+    /// Store `value` with `flags` for `ttl_ms` (0 = never expires).
+    ///
+    /// Fails with [`Error::Full`], leaving the old value, only when the
+    /// file system has no room to grow the key's shard and the entry is
+    /// larger than all the space that shard holds, or no room for a
+    /// spilled value's file.
+    pub fn set(&self, key: &[u8], value: &[u8], flags: u32, ttl_ms: u64) -> Result<()> {
+        self.keyed(key, false, |s| s.set(key, value, flags, ttl_ms))
+    }
+
+    /// Store only if absent. Returns whether it stored.
+    pub fn add(&self, key: &[u8], value: &[u8], flags: u32, ttl_ms: u64) -> Result<bool> {
+        self.keyed(key, false, |s| s.add(key, value, flags, ttl_ms))
+    }
+
+    /// Store only if present. Returns whether it stored.
+    pub fn replace(&self, key: &[u8], value: &[u8], flags: u32, ttl_ms: u64) -> Result<bool> {
+        self.keyed(key, false, |s| s.replace(key, value, flags, ttl_ms))
+    }
+
+    /// Store under `mode` (set, add or replace); returns whether it stored.
+    /// Values above the spill threshold go to a file (see `spill.rs`).
+    pub fn store(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        ttl_ms: u64,
+        mode: SetMode,
+    ) -> Result<bool> {
+        self.keyed(key, false, |s| s.store(key, value, flags, ttl_ms, mode))
+    }
+
+    /// Remove spilled files that no live entry names and whose status
+    /// changed more than `grace` ago (files younger than that may be
+    /// between being linked and being published by another process).
+    pub fn sweep_spilled(&self, grace: std::time::Duration) -> Result<SweepReport> {
+        self.whole(|s| s.sweep_spilled(grace))
+    }
+
+    /// Remove `key`; returns whether it was present.
+    pub fn delete(&self, key: &[u8]) -> Result<bool> {
+        self.keyed(key, false, |s| s.delete(key))
+    }
+
+    /// Delete `key` only if its value is exactly `expected`; returns whether
+    /// it deleted. Atomic: one lock hold covers the comparison and the delete.
+    /// A spilled value never compares equal (compare-and-delete is meant for
+    /// small tokens such as lock owners).
+    pub fn delete_if_equals(&self, key: &[u8], expected: &[u8]) -> Result<bool> {
+        self.keyed(key, false, |s| s.delete_if_equals(key, expected))
+    }
+
+    /// Remove `key` and hand its value to `f`.
+    ///
+    /// A spilled value's file is opened while the entry is still in the
+    /// index, under the shard lock: once the entry is gone the file is an
+    /// orphan that any sweep may remove, and an open descriptor keeps it
+    /// readable. If this process cannot open it (out of descriptors), the
+    /// entry is removed all the same and the pop fails with that error.
+    pub fn pop_with<R>(&self, key: &[u8], f: impl FnOnce(EntryRef<'_>) -> R) -> Result<Option<R>> {
+        let mut f = Some(f);
+        self.keyed(key, false, |s| match f.take() {
+            Some(g) => {
+                let mut once = Some(g);
+                let r = s.pop_with(key, |e| (once.take().expect("called once"))(e));
+                if matches!(r, Err(Error::Moved)) {
+                    f = once;
+                }
+                r
+            }
+            None => Err(Error::Moved),
+        })
+    }
+
+    /// Remove `key` and return its value.
+    pub fn pop(&self, key: &[u8]) -> Result<Option<Value>> {
+        self.keyed(key, false, |s| s.pop(key))
+    }
+
+    /// Give `key` a new TTL (0 = never). Returns whether it was present.
+    pub fn touch(&self, key: &[u8], ttl_ms: u64) -> Result<bool> {
+        self.keyed(key, false, |s| s.touch(key, ttl_ms))
+    }
+
+    /// Absolute expiry of `key` in Unix ms (0 = never), None if absent.
+    pub fn expires_at(&self, key: &[u8]) -> Result<Option<u64>> {
+        self.keyed(key, true, |s| s.expires_at(key))
+    }
+
+    /// Whether `key` is present (does not count as a hit).
+    pub fn contains(&self, key: &[u8]) -> Result<bool> {
+        self.keyed(key, true, |s| s.contains(key))
+    }
+
+    /// Atomically add `delta` to the counter at `key`. A missing key starts
+    /// at `initial` (or fails with [`Error::NotFound`] if None) and gets
+    /// `ttl_ms`.
+    pub fn incr(&self, key: &[u8], delta: i64, initial: Option<i64>, ttl_ms: u64) -> Result<i64> {
+        self.keyed(key, false, |s| s.incr(key, delta, initial, ttl_ms))
+    }
+
+    /// Look up many keys, taking each shard's lock once. `f(i, entry)` is
+    /// called for each hit, with `i` the key's position, at most once per
+    /// position. Spilled values are read after their shard's lock is
+    /// released. During a resize, keys are looked up one by one.
+    pub fn get_many_with<K: AsRef<[u8]>>(
+        &self,
+        keys: &[K],
+        mut f: impl FnMut(usize, EntryRef<'_>),
+    ) -> Result<()> {
+        let node = self.node();
+        if node.store.migration_word() == 0 {
+            let mut seen = vec![false; keys.len()];
+            let r = node.store.get_many_with(keys, |i, e| {
+                seen[i] = true;
+                f(i, e)
+            });
+            if !matches!(r, Err(Error::Moved)) && !node.store.retired() {
+                return r;
+            }
+            for (i, k) in keys.iter().enumerate() {
+                if !seen[i] {
+                    self.get_locked_with(k.as_ref(), |e| f(i, e))?;
+                }
+            }
+            return Ok(());
+        }
+        for (i, k) in keys.iter().enumerate() {
+            self.get_locked_with(k.as_ref(), |e| f(i, e))?;
+        }
+        Ok(())
+    }
+
+    /// Values of many keys (None for misses), in order.
+    pub fn get_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<Vec<Option<Value>>> {
+        let mut out = vec![None; keys.len()];
+        self.get_many_with(keys, |i, e| {
+            out[i] = Some(Value { data: e.to_vec(), flags: e.flags() })
+        })?;
+        Ok(out)
+    }
+
+    /// Store many (key, value, flags) items with one TTL, taking each
+    /// shard's lock once. All entries are size-checked before anything is
+    /// stored, so a too-large item leaves the cache unchanged. On a full
+    /// file system an item larger than its shard's held space fails with
+    /// [`Error::Full`]: the items before it are stored, that one and the
+    /// rest are not. Values above the spill threshold are stored one by
+    /// one, after the inline ones. During a resize, items are stored one
+    /// by one.
+    pub fn set_many<K: AsRef<[u8]>, V: AsRef<[u8]>>(
+        &self,
+        items: &[(K, V, u32)],
+        ttl_ms: u64,
+    ) -> Result<()> {
+        let node = self.node();
+        if node.store.migration_word() == 0 {
+            match node.store.set_many(items, ttl_ms) {
+                Err(Error::Moved) => {}
+                Err(_) if node.store.retired() => {}
+                r => return r,
+            }
+        }
+        for (k, v, fl) in items {
+            Self::check_item(self.cur_store(), k.as_ref(), v.as_ref(), *fl)?;
+        }
+        for (k, v, fl) in items {
+            self.set(k.as_ref(), v.as_ref(), *fl, ttl_ms)?;
+        }
+        Ok(())
+    }
+
+    /// The checks `set_many` makes of every item before storing any.
+    fn check_item(s: &Store, key: &[u8], value: &[u8], flags: u32) -> Result<()> {
+        Store::check_flags(flags)?;
+        if key.is_empty() || key.len() > MAX_KEY_LEN {
+            return Err(Error::BadKey { len: key.len(), max: MAX_KEY_LEN });
+        }
+        s.check_storable(key, value.len())
+    }
+
+    /// Delete many keys; returns how many were present.
+    pub fn delete_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<usize> {
+        let node = self.node();
+        if node.store.migration_word() == 0 {
+            match node.store.delete_many(keys) {
+                Err(Error::Moved) => {}
+                Err(_) if node.store.retired() => {}
+                r => return r,
+            }
+        }
+        let mut n = 0;
+        for k in keys {
+            n += self.delete(k.as_ref())? as usize;
+        }
+        Ok(n)
+    }
+
+    /// Remove every entry (and every spilled value's file).
+    pub fn clear(&self) -> Result<()> {
+        self.whole(|s| s.clear())
+    }
+
+    /// Number of live entries (expired ones not yet reclaimed included).
+    ///
+    /// Lock-free: a sum of each shard's item counter, each read atomically
+    /// but at slightly different instants (like any count of a cache that
+    /// other processes are changing).
+    pub fn len(&self) -> Result<usize> {
+        self.whole(|s| s.len())
+    }
+
+    /// Whether the cache holds no entries.
+    pub fn is_empty(&self) -> Result<bool> {
+        Ok(self.len()? == 0)
+    }
+
+    /// Call `f(key, meta)` for every live entry (one shard locked at a time).
+    pub fn for_each_key(&self, mut f: impl FnMut(&[u8], &Entry0)) -> Result<()> {
+        let all = self.whole(|s| {
+            let mut all = Vec::new();
+            s.for_each_key(|k, m| all.push((k.to_vec(), *m)))?;
+            Ok(all)
+        })?;
+        for (k, m) in &all {
+            f(k, m);
+        }
+        Ok(())
+    }
+
+    /// A snapshot of every live key.
+    pub fn keys(&self) -> Result<Vec<Vec<u8>>> {
+        self.whole(|s| s.keys())
+    }
+
+    /// Counters per shard. Hits and misses are counted per CPU for the
+    /// whole file, not per shard (a get writes no shard word): a shard's
+    /// `hits` and `misses` are 0, and [`Cache::stats`] adds the file's
+    /// counters.
+    pub fn shard_stats(&self) -> Result<Vec<ShardStats>> {
+        self.whole(|s| s.shard_stats())
+    }
+
+    /// Counters summed over all shards (`held_bytes` includes the file
+    /// header page), with the file's per-CPU hit and miss counters.
+    pub fn stats(&self) -> Result<ShardStats> {
+        self.whole(|s| s.stats())
+    }
+
+    /// Verify every shard's invariants. A shard that fails is reported as an
+    /// error (and left as is, so it can be inspected).
+    pub fn check(&self) -> Result<CheckReport> {
+        self.whole(|s| s.check())
+    }
+
+    /// Write back dirty pages to the file (for caches on disk).
+    pub fn flush(&self) -> Result<()> {
+        self.whole(|s| s.flush())
+    }
+
+    /// [`Cache::get_with`], plus the version of the entry the value was
+    /// read from (never 0). The pair is consistent: the value is the one
+    /// that version names. As with `get_with`, `f` may run more than once.
+    /// A resize gives every entry it moves a new version.
+    pub fn get_versioned_with<R>(
+        &self,
+        key: &[u8],
+        mut f: impl FnMut(EntryRef<'_>) -> R,
+    ) -> Result<Option<(R, u64)>> {
+        self.keyed(key, true, |s| s.get_versioned_with(key, &mut f))
+    }
+
+    /// The value, flags and version of `key`.
+    pub fn get_versioned(&self, key: &[u8]) -> Result<Option<(Value, u64)>> {
+        self.keyed(key, true, |s| s.get_versioned(key))
+    }
+
+    /// The version of `key` now (0: absent), read under the lock. Like a
+    /// get, a lock wait that runs out reads as absent (0).
+    pub fn version(&self, key: &[u8]) -> Result<u64> {
+        self.keyed(key, true, |s| s.version(key))
+    }
+
+    /// Compare-and-swap: store `value` (with `flags`, for `ttl_ms`, 0 =
+    /// never expires) only if `key`'s version is still `expected`; 0
+    /// means "only if absent" (an add that reports the version found).
+    /// [`CasOutcome::Stored`] carries the new version,
+    /// [`CasOutcome::Conflict`] the version found (0: absent), with the
+    /// cache unchanged. A CAS may fail although the value did not change
+    /// (a compaction, or a resize, moved the shard's entries): read again
+    /// and retry. Values above the spill threshold are spilled as by `set`.
+    pub fn cas(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        ttl_ms: u64,
+        expected: u64,
+    ) -> Result<CasOutcome> {
+        self.keyed(key, false, |s| s.cas(key, value, flags, ttl_ms, expected))
+    }
+
+    /// Delete `key` only if its version is `expected` (0 never matches:
+    /// an absent key has nothing to delete). Returns whether it deleted.
+    pub fn delete_if_version(&self, key: &[u8], expected: u64) -> Result<bool> {
+        self.keyed(key, false, |s| s.delete_if_version(key, expected))
+    }
+
     /// Atomic read-modify-write of `key`: read its value and version, let
     /// `f` decide from the value (None: absent) what becomes of it, and
     /// write that with [`Cache::cas`] (or [`Cache::delete_if_version`]);
@@ -1513,14 +2563,7 @@ impl Cache {
     /// would. Used by crash-recovery tests; never called in normal use.
     #[doc(hidden)]
     pub fn debug_hold_shard_mid_write(&self, key: &[u8], hold: std::time::Duration) -> Result<()> {
-        let (shard, _) = self.route(key)?;
-        let g = self.lock_for_write(shard)?;
-        g.scribble_mid_write();
-        std::thread::sleep(hold);
-        // Survived the hold: repair what we scribbled.
-        g.reset_after_scribble();
-        drop(g);
-        Ok(())
+        self.keyed(key, false, |s| s.debug_hold_shard_mid_write(key, hold))
     }
 
     /// Test hook: lock the shard of `key` and hold the lock for `hold`
@@ -1528,18 +2571,14 @@ impl Cache {
     /// would (seq stays even). Never called in normal use.
     #[doc(hidden)]
     pub fn debug_hold_shard_lock(&self, key: &[u8], hold: std::time::Duration) -> Result<()> {
-        let (shard, _) = self.route(key)?;
-        let g = self.lock_for_write(shard)?;
-        std::thread::sleep(hold);
-        drop(g);
-        Ok(())
+        self.keyed(key, false, |s| s.debug_hold_shard_lock(key, hold))
     }
 
     /// Test hook: the address of the mapping this handle uses (handles that
     /// share a mapping report the same one).
     #[doc(hidden)]
     pub fn debug_mapping_address(&self) -> usize {
-        self.map.ptr as usize
+        self.cur_store().debug_mapping_address()
     }
 
     /// Test hook: how this handle's mapping attached to the file: "created",
@@ -1548,12 +2587,7 @@ impl Cache {
     /// processes attached).
     #[doc(hidden)]
     pub fn debug_attach(&self) -> &'static str {
-        match self.map.how {
-            file::Attach::Created => "created",
-            file::Attach::Repaired => "repaired",
-            file::Attach::Clean => "clean",
-            file::Attach::Shared => "shared",
-        }
+        self.cur_store().debug_attach()
     }
 
     /// Test hook: make every later lone opener of this process stall for
@@ -1564,9 +2598,9 @@ impl Cache {
         LONE_SWEEP_PAUSE_MS.store(pause.as_millis() as u64, Ordering::Relaxed);
     }
 
-    /// Index of the shard holding `key`.
+    /// Index of the shard holding `key` in the file in use.
     pub fn shard_index(&self, key: &[u8]) -> usize {
-        shard_of(hash_key(self.geo.seed, key), self.geo.shard_count)
+        self.cur_store().shard_index(key)
     }
 }
 
@@ -1632,6 +2666,13 @@ fn backoff(n: u32) {
 /// recount the spilled bytes and values. Runs before the lock is
 /// downgraded, so no process that attaches later can race it.
 fn sweep_alone(m: &Mapping, geo: &Geometry, path: &Path, opts: &OpenOptions) -> Result<()> {
+    crate::resize::clear_stray_bits(m);
+    if crate::resize::sweeps_paused(m) {
+        // A migration is under way (or was left by a killed resizer): the
+        // files the other file names are not orphans. The next lone
+        // opener after it ends sweeps.
+        return Ok(());
+    }
     let dir = SpillDir::open(path, false, opts.allow_foreign_owner)?;
     let mut refs = Vec::new();
     if dir.is_some() {

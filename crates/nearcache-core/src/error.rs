@@ -54,6 +54,11 @@ pub enum Error {
     /// or did not finish within the longest wait. `holder` is its pid when
     /// the file records one. Nothing was changed.
     AttachTimeout { waited_ms: u64, holder: Option<u32> },
+    /// The shard a key belongs to was moved to a new file by a live resize
+    /// (`resize.rs`). The engine follows the move itself and never returns
+    /// this from a public call; it exists so that bindings can match every
+    /// variant.
+    Moved,
 }
 
 impl Error {
@@ -123,6 +128,7 @@ impl fmt::Display for Error {
                      not opened"
                 )
             }
+            Error::Moved => write!(f, "the key's shard was moved to a resized file"),
         }
     }
 }

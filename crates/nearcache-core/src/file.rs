@@ -4,7 +4,7 @@
 //! that is unsupported under a unique temporary name with
 //! `O_CREAT|O_EXCL|O_NOFOLLOW`), mode 0600, sized with `ftruncate` as a
 //! sparse file whose header page and shard headers are reserved with
-//! `fallocate` (the shards reserve the rest as they fill, see `shard.rs`;
+//! `fallocate` (the shards reserve the rest as they fill, see `shard/arena.rs`;
 //! with `preallocate`, off tmpfs, or where `fallocate` is unsupported, the
 //! whole file is reserved with `posix_fallocate`), so a full tmpfs fails here or at a
 //! later growth with a clear error instead of a SIGBUS (and a reserve of the
@@ -186,6 +186,9 @@ pub(crate) struct Mapping {
     /// mapping (0 if it cannot be read), so that opening another handle
     /// costs no `fstatvfs`.
     default_fs_reserve: u64,
+    /// A resize moved the file's contents to a new file and this process
+    /// followed (`Mapping::retire`).
+    retired: std::sync::atomic::AtomicBool,
 }
 
 // SAFETY: the mapping is MAP_SHARED memory that is only accessed through
@@ -226,7 +229,36 @@ impl Mapping {
             attached: false,
             sigbus,
             default_fs_reserve,
+            retired: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Let go of the file's memory after a resize moved its contents to a
+    /// new file that every handle of this process follows (`resize.rs`):
+    /// the mapping is replaced in place by private zero pages (pointers
+    /// into it stay valid; an operation still in flight on it reads zeros
+    /// and is redone on the new file) and the descriptor now names
+    /// `/dev/null`, so this process no longer holds the file. The range
+    /// itself is unmapped when the last handle drops the mapping.
+    pub(crate) fn retire(&self) {
+        if self.retired.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        crate::registry::forget(self.id, self);
+        if let Some(g) = &self.sigbus {
+            g.retire(self.ptr, self.len);
+        }
+        if let Ok(null) = File::open("/dev/null") {
+            // SAFETY: both descriptors are open; dup3 atomically makes our
+            // descriptor number name /dev/null, closing the cache file's
+            // description (and with it this process's attach lock).
+            unsafe { libc::dup3(null.as_raw_fd(), self.file.as_raw_fd(), libc::O_CLOEXEC) };
+        }
+    }
+
+    /// Whether [`Mapping::retire`] ran.
+    pub(crate) fn retired(&self) -> bool {
+        self.retired.load(Ordering::Relaxed)
     }
 
     /// The file's `(st_dev, st_ino)`.
@@ -309,7 +341,7 @@ impl Mapping {
     /// SIGBUS handler then replaced the mapping with private zero pages).
     #[inline]
     pub(crate) fn broken(&self) -> bool {
-        self.sigbus.as_ref().is_some_and(|g| g.broken())
+        self.retired() || self.sigbus.as_ref().is_some_and(|g| g.broken())
     }
 
     /// Write back dirty pages (meaningful for caches on a disk file system).
@@ -731,6 +763,7 @@ pub(crate) fn is_no_room(e: &io::Error) -> bool {
 pub(crate) fn open(
     path: &Path,
     opts: &OpenOptions,
+    seed: Option<u64>,
     init_shards: &dyn Fn(&Mapping, &Geometry) -> Result<()>,
     reattach: &dyn Fn(&Mapping, &Geometry) -> Result<()>,
     alone: &dyn Fn(&Mapping, &Geometry) -> Result<()>,
@@ -818,7 +851,7 @@ pub(crate) fn open(
                 path.display()
             ))
         })?;
-        if let Some(opened) = create(path, &geo, opts, init_shards, alone)? {
+        if let Some(opened) = create(path, &geo, seed, opts, init_shards, alone)? {
             return Ok(opened);
         }
         // Lost a creation race: open the winner's file.
@@ -1014,12 +1047,18 @@ fn publish(file: &File, staging: &Staging, path: &Path) -> io::Result<()> {
 fn create(
     path: &Path,
     geo: &Geometry,
+    seed: Option<u64>,
     opts: &OpenOptions,
     init_shards: &dyn Fn(&Mapping, &Geometry) -> Result<()>,
     alone: &dyn Fn(&Mapping, &Geometry) -> Result<()>,
 ) -> Result<Option<Opened>> {
     // A random hash seed per file (see hash.rs), fixed for the file's life.
-    let geo = &Geometry { seed: crate::hash::random_seed()?, ..*geo };
+    // (A resize's new file keeps the old file's seed: see `resize.rs`.)
+    let seed = match seed {
+        Some(seed) => seed,
+        None => crate::hash::random_seed()?,
+    };
+    let geo = &Geometry { seed, ..*geo };
     let (file, staging) = open_staging(path)?;
     let fd = file.as_raw_fd();
     let remove_staged = || {
@@ -1053,7 +1092,7 @@ fn create(
     // processes lock timeouts: reserve everything at creation there.
     // The reserve of the file system (`fs_reserve`) is checked here for
     // the whole file when it is preallocated, and by each growth of a
-    // lazy one (`shard.rs`).
+    // lazy one (`shard/arena.rs`).
     let keep = fs_reserve_of(fd, opts.fs_reserve);
     let lazy = !opts.preallocate
         && on_tmpfs(fd)

@@ -45,8 +45,10 @@ pub const MAGIC: [u8; 8] = *b"NEARCACH";
 /// entry headers (the tag lives in the slot alone) and entries aligned to
 /// 4 bytes, not 8. Version 8: the arena is cut into segments (a segment
 /// table before it, five shard header words), compacted a few segments at
-/// a time.
-pub const LAYOUT_VERSION: u32 = 8;
+/// a time. Version 9: the migration record of a live resize
+/// (`fh::MIGRATION`, `fh::MOVED`; see `resize.rs`): an older engine would
+/// ignore it and serve entries a resize had moved.
+pub const LAYOUT_VERSION: u32 = 9;
 /// Size of the file header; shards start here, page-aligned.
 pub const HEADER_SIZE: usize = 4096;
 /// Shard sizes are multiples of this.
@@ -161,13 +163,40 @@ pub mod fh {
     pub const SPILL_REFUSED: usize = 112;
     /// Unix ms of the last sweep of the spill directory (`spill.rs`).
     pub const SPILL_SWEPT_MS: usize = 120;
+    /// The migration record of a live resize (`resize.rs`), one u64 so
+    /// that a compare-and-swap publishes it whole: `id << 2 | state`,
+    /// state 0 none, 1 migrating (entries are moving, shard by shard, to
+    /// the file `<name>.resize-<id in hex>` beside this one), 2 moved
+    /// (that file was renamed over this one's path: reopen the path). The
+    /// id is 62 random bits, so a record left by an earlier resize can
+    /// never be taken for the current one; the new file's name is derived
+    /// from it (hex digits only), never read from the file. State 3 is
+    /// never written: a file showing it is corrupt.
+    pub const MIGRATION: usize = 128;
+    /// In a file built by a resize: the migration id it was built for
+    /// (0 in a file made by an ordinary open), so that a process that
+    /// finds the temporary name gone can tell whether the path already
+    /// names the file its migration built.
+    pub const MIG_ORIGIN: usize = 136;
+    /// In a file built by a resize: 1 while entries are still being moved
+    /// into it (its spill sweeps are skipped: the old file's unmoved
+    /// shards name spilled files it does not know yet), 0 once complete.
+    pub const MIG_FILLING: usize = 144;
+    /// The moved bitmap of a migration: bit g (word g / 64) set once the
+    /// shards `i` with `i % groups` = g have been copied to the new file
+    /// and sealed (`groups`, a power of two up to 1,024, is carried in the
+    /// low 5 bits of the migration's id: see `resize::groups_for`). One
+    /// shard per bit on a grow, up to the default shard count's cap.
+    pub const MOVED: usize = 256;
+    /// Bits of the moved bitmap.
+    pub const MOVE_GROUPS: usize = 1024;
     /// End of the fields above.
-    pub const FIELDS_END: usize = 128;
+    pub const FIELDS_END: usize = MOVED + MOVE_GROUPS / 8;
     /// Fields [0, FIXED_END) are written once at creation.
     pub const FIXED_END: usize = 64;
     /// Per-CPU hit and miss counters, from here to the end of the header
     /// (see `counters.rs`).
-    pub const STRIPES: usize = 128;
+    pub const STRIPES: usize = FIELDS_END;
 }
 
 /// Offsets of the shard header fields (u64 each unless noted).

@@ -46,6 +46,7 @@ pub mod keys;
 pub mod layout;
 pub mod lock;
 mod registry;
+mod resize;
 mod shard;
 mod sigbus;
 pub mod spill;

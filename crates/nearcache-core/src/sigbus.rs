@@ -78,6 +78,34 @@ impl Guard {
     }
 }
 
+impl Guard {
+    /// Retire the mapping `[start, start+len)` this guard registered: a
+    /// resize moved its file's contents elsewhere (`resize.rs`). Exactly
+    /// what a truncation does: this process's locks in it are abandoned
+    /// and the mapping is replaced in place by private zero pages, so the
+    /// file's memory can be freed while pointers into the range stay valid.
+    pub(crate) fn retire(&self, start: *mut u8, len: usize) -> bool {
+        match self.slot {
+            Some(i) => break_region(&REGIONS[i], start as usize, len),
+            None => {
+                // SAFETY: as in break_region: the range is a live mapping
+                // of ours, replaced in place.
+                let p = unsafe {
+                    libc::mmap(
+                        start as *mut libc::c_void,
+                        len,
+                        libc::PROT_READ | libc::PROT_WRITE,
+                        libc::MAP_FIXED | libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                        -1,
+                        0,
+                    )
+                };
+                p != libc::MAP_FAILED
+            }
+        }
+    }
+}
+
 impl Drop for Guard {
     fn drop(&mut self) {
         if let Some(i) = self.slot {

@@ -2,6 +2,7 @@
 
 mod common;
 use common::*;
+use nearcache_core::layout::Geometry;
 use nearcache_core::{Cache, Error, OpenOptions, FLAG_INT};
 use std::time::Duration;
 
@@ -195,16 +196,20 @@ fn reopen_shares_data_and_checks_parameters() {
     a.set(b"k", b"v", 0, 0).unwrap();
     let b = open(&d, "c", 1 << 20, 2);
     assert_eq!(b.get(b"k").unwrap().unwrap().data, b"v");
-    // Same file, other parameters: a clear error.
-    match Cache::open(d.file("c"), &opts(2 << 20, 2)) {
-        Err(Error::Incompatible(m)) => assert!(m.contains("recreate"), "{m}"),
-        other => panic!("expected Incompatible, got {other:?}"),
-    }
     // size=None opens with the file's own parameters.
     let c =
         Cache::open(d.file("c"), &OpenOptions { size: None, ..OpenOptions::default() }).unwrap();
     assert_eq!(c.shard_count(), 2);
     assert_eq!(c.get(b"k").unwrap().unwrap().data, b"v");
+    // Same file, other parameters: resized live, entries kept, and every
+    // handle follows.
+    let g = Cache::open(d.file("c"), &opts(2 << 20, 2)).unwrap();
+    assert_eq!(g.capacity(), Geometry::for_size(2 << 20, 2).unwrap().total_size());
+    assert_eq!(g.get(b"k").unwrap().unwrap().data, b"v");
+    assert_eq!(c.get(b"k").unwrap().unwrap().data, b"v");
+    assert_eq!(c.capacity(), g.capacity());
+    assert_eq!(a.get(b"k").unwrap().unwrap().data, b"v");
+    assert_eq!(a.capacity(), g.capacity());
     // Explicit re-create replaces it.
     let r = Cache::open(d.file("c"), &OpenOptions { recreate: true, ..opts(2 << 20, 4) }).unwrap();
     assert_eq!(r.shard_count(), 4);

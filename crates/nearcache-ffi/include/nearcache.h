@@ -445,6 +445,22 @@ enum NcStatus nc_delete_many(const struct NcCache *c,
 // `c` a live handle.
 enum NcStatus nc_clear(const struct NcCache *c);
 
+// Resize the cache live to `size` bytes (`shards`: a power of two, or 0
+// to choose from the size): a new file of that geometry is built beside
+// the cache, the live entries moved into it shard by shard while every
+// process keeps using the cache (on a shrink the most recently written
+// that fit), and every process follows it at its next call. If another
+// resize is under way, this one waits for it and keeps its result. The
+// geometry the cache has then goes to `*capacity` (bytes) and `*shards`.
+//
+// # Safety
+// `c` a live handle, `capacity` and `shards_out` NULL or writable.
+enum NcStatus nc_resize(const struct NcCache *c,
+                        size_t size,
+                        size_t shards,
+                        size_t *capacity,
+                        size_t *shards_out);
+
 // Number of live entries (`*count`), lock-free.
 //
 // # Safety

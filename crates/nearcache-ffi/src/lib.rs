@@ -989,6 +989,36 @@ pub unsafe extern "C" fn nc_clear(c: *const NcCache) -> NcStatus {
     guard(|| unsafe { cache(c) }?.clear().or_status())
 }
 
+/// Resize the cache live to `size` bytes (`shards`: a power of two, or 0
+/// to choose from the size): a new file of that geometry is built beside
+/// the cache, the live entries moved into it shard by shard while every
+/// process keeps using the cache (on a shrink the most recently written
+/// that fit), and every process follows it at its next call. If another
+/// resize is under way, this one waits for it and keeps its result. The
+/// geometry the cache has then goes to `*capacity` (bytes) and `*shards`.
+///
+/// # Safety
+/// `c` a live handle, `capacity` and `shards_out` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn nc_resize(
+    c: *const NcCache,
+    size: usize,
+    shards: usize,
+    capacity: *mut usize,
+    shards_out: *mut usize,
+) -> NcStatus {
+    guard(|| {
+        // SAFETY: forwarded contract.
+        let g = unsafe { cache(c) }?.resize(size, shards).or_status()?;
+        // SAFETY: forwarded contract.
+        unsafe {
+            put(capacity, g.total_size());
+            put(shards_out, g.shard_count);
+        }
+        Ok(())
+    })
+}
+
 /// Number of live entries (`*count`), lock-free.
 ///
 /// # Safety

@@ -468,3 +468,29 @@ fn a_refused_spilled_value_never_reaches_the_allocator() {
         assert!(got.0.is_empty(), "nc_get called the allocator for a refused value");
     }
 }
+
+#[test]
+fn a_resize_keeps_the_entries_and_reports_the_new_geometry() {
+    let o = open("resize", 1 << 20);
+    let mut stored = false;
+    let (mut capacity, mut shards) = (0usize, 0usize);
+    // SAFETY: all pointers valid for their lengths.
+    unsafe {
+        let st = nc_store(o.c, b"k".as_ptr(), 1, b"value".as_ptr(), 5, 1, 0, 0, &mut stored);
+        assert_eq!(st, NcStatus::NC_OK);
+        assert_eq!(nc_resize(o.c, 4 << 20, 4, &mut capacity, &mut shards), NcStatus::NC_OK);
+        assert_eq!((shards, nc_shard_count(o.c)), (4, 4));
+        assert_eq!(capacity, nc_capacity(o.c));
+        assert!(capacity > 3 << 20 && capacity <= 4 << 20, "{capacity}");
+        let mut got = (Vec::<u8>::new(), 0u32);
+        let mut found = false;
+        let ctx = &mut got as *mut _ as *mut c_void;
+        assert_eq!(nc_get(o.c, b"k".as_ptr(), 1, alloc_vec, ctx, &mut found), NcStatus::NC_OK);
+        assert!(found);
+        assert_eq!(got.0, b"value");
+        // Not a power of two: refused, nothing changed.
+        let st = nc_resize(o.c, 4 << 20, 3, ptr::null_mut(), ptr::null_mut());
+        assert_eq!(st, NcStatus::NC_INVALID_ARGUMENT);
+        assert_eq!(nc_shard_count(o.c), 4);
+    }
+}

@@ -110,6 +110,8 @@ fn to_py(py: Python<'_>, e: CoreError) -> PyErr {
             raise(py, &LOCK_TIMEOUT, msg)
         }
         CoreError::TooManyConflicts { .. } => raise(py, &CONFLICT, msg),
+        // Followed inside the engine; never returned by a public call.
+        CoreError::Moved => raise(py, &ERROR, msg),
     }
 }
 
@@ -1185,6 +1187,24 @@ impl NativeCache {
 
     fn flush(&self, py: Python<'_>) -> PyResult<()> {
         self.inner.flush().or_py(py)
+    }
+
+    /// Resize the file live to `size` bytes (`shards`: 0 to choose from
+    /// the size); returns the geometry the cache has then, as
+    /// `{"capacity", "shards"}` (another resize already under way wins).
+    /// The GIL is released: the move takes as long as copying the entries.
+    #[pyo3(signature = (size, shards = 0))]
+    fn resize<'py>(
+        &self,
+        py: Python<'py>,
+        size: usize,
+        shards: usize,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let g = py.detach(|| self.inner.resize(size, shards)).or_py(py)?;
+        let d = PyDict::new(py);
+        d.set_item("capacity", g.total_size())?;
+        d.set_item("shards", g.shard_count)?;
+        Ok(d)
     }
 
     fn close(&self) {

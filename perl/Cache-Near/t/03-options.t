@@ -132,9 +132,28 @@ subtest 'bad arguments croak clearly and lose nothing' => sub {
     is($c->count, 1, '... and nothing else');
     my $file = fresh_file('geom');
     Cache::Near->new(share_file => $file, cache_size => '4m', unlink_on_exit => 0)->set(x => 1);
-    eval { Cache::Near->new(share_file => $file, cache_size => '8m') };
-    like($@, qr/incompatible cache file/, 'reopening with another size croaks');
-    is(Cache::Near->new(share_file => $file, cache_size => '4m')->get('x'), 1, '... and the file is intact');
+    my $grown = Cache::Near->new(share_file => $file, cache_size => '8m');
+    is($grown->get('x'), 1, 'reopening with another size resizes the file, keeping its entries');
+    my $again = Cache::Near->new(share_file => $file);
+    is($again->get('x'), 1, '... which others then open as it is');
+    cmp_ok($again->capacity, '>', 6 * 1024 * 1024, '... at its new size');
+    # A file of another layout: named in this module's options.
+    my $other = fresh_file('layout');
+    Cache::Near->new(share_file => $other, cache_size => '1m', unlink_on_exit => 0)->set(x => 1);
+    open my $fh, '+<', $other or die "open $other: $!";
+    binmode $fh;
+    seek $fh, 8, 0;
+    print {$fh} pack('V', 0xFFFF);
+    close $fh;
+    eval { Cache::Near->new(share_file => $other, cache_size => '4m') };
+    like($@, qr/layout version.*opened with cache_size => '4m'.*recreate => 1 to replace/s,
+        'a file of another layout: the error names cache_size and recreate');
+    unlike($@, qr/size=None|recreate=true/, '... never the Python or Rust spelling');
+    eval { Cache::Near->new(share_file => $other) };
+    like($@, qr/recreate => 1 and a cache_size/, '... and asks for a size when none was given');
+    my $fresh = Cache::Near->new(share_file => $other, cache_size => '1m', recreate => 1);
+    $fresh->set(y => 2);
+    is($fresh->get('y'), 2, '... and recreate replaces it');
 };
 
 subtest 'fs_reserve: the cache leaves the file system its share' => sub {

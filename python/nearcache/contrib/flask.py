@@ -56,7 +56,7 @@ def incompatible_in_config(
     kwargs: dict[str, Any],
     options: dict[str, Any],
 ) -> IncompatibleFileError:
-    """``exc`` (a changed size, a file of another layout) in the Flask config's terms.
+    """``exc`` (a file of another layout) in the Flask config's terms.
 
     The engine's remedy speaks of ``Cache()`` arguments; an application
     changed ``CACHE_NEARCACHE_OPTIONS`` (or ``CACHE_OPTIONS``, or the
@@ -69,7 +69,6 @@ def incompatible_in_config(
     if url is not None:
         terms = Terms(
             asked=f"CACHE_NEARCACHE_URL = {url!r}",
-            keep="remove size= and shards= from the nearcache:// URL of CACHE_NEARCACHE_URL",
             recreate="recreate=1 in that URL",
             needs_size="a size= in it",
         )
@@ -87,7 +86,6 @@ def incompatible_in_config(
     given = [k for k in ("size", "shards") if options.get(k)]
     terms = Terms(
         asked=" and ".join(f"{key(k)} = {options[k]!r}" for k in given),
-        keep="remove " + " and ".join(key(k) for k in given or ["size"]),
         recreate=f"{key('recreate')} = True",
         needs_size="" if options.get("size") else 'a CACHE_NEARCACHE_OPTIONS["size"]',
     )

@@ -18,6 +18,10 @@ Views (all plain text):
                          sleeps 60 s, so the worker dies holding the stampede lock
 ``/compute/<key>/``      ``get_or_set`` with a quick computation: ``<value> <pid>``
 ``/stats/``              the cache's shard repairs (resets + salvages) and stampede counters
+``/capacity/``           the cache file's size in bytes, and the worker's pid
+
+``GUNICORN_SITE_SIZE`` is ``OPTIONS["size"]`` (default ``4MiB``): a deploy
+that changes it resizes the cache live.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ CACHES = {
     "default": {
         "BACKEND": "nearcache.contrib.django.NearCache",
         "LOCATION": os.environ.get("GUNICORN_SITE_CACHE", "gunicorn-site"),
-        "OPTIONS": {"size": "4MiB", "stampede_wait": 1},
+        "OPTIONS": {"size": os.environ.get("GUNICORN_SITE_SIZE", "4MiB"), "stampede_wait": 1},
     }
 }
 
@@ -99,6 +103,10 @@ def stats(request: HttpRequest) -> HttpResponse:
     return _text(f"{repairs} {s['get_or_set_computes']} {s['get_or_set_waits']}")
 
 
+def capacity(request: HttpRequest) -> HttpResponse:
+    return _text(f"{cache.cache.capacity} {os.getpid()}")
+
+
 urlpatterns = [
     path("whoami/", whoami),
     path("set/<str:key>/<str:value>/", set_value),
@@ -107,6 +115,7 @@ urlpatterns = [
     path("slow/<str:key>/", slow),
     path("compute/<str:key>/", compute),
     path("stats/", stats),
+    path("capacity/", capacity),
 ]
 
 application = get_wsgi_application()

@@ -1,6 +1,7 @@
 """NearCache in real deployment shapes: gunicorn with ``--preload``, workers
-running as another user (``--user``), and a worker killed by gunicorn's
-timeout (SIGKILL) in the middle of a request.
+running as another user (``--user``), a worker killed by gunicorn's
+timeout (SIGKILL) in the middle of a request, and deploys that change
+``OPTIONS["size"]`` while the previous deploy still serves.
 
 Each test starts its own gunicorn master on a free loopback port, serving
 ``gunicorn_site.py`` (beside this file), and stops it by PID.
@@ -265,3 +266,39 @@ def test_worker_killed_holding_a_stampede_lock(tmp_path: Path) -> None:
         assert value == f"by-{pid}"
         assert time.monotonic() - start < 10
         assert int(pid) != holder
+
+
+def test_deploys_that_change_the_size_resize_the_cache_live(tmp_path: Path) -> None:
+    """A second deploy with a bigger ``OPTIONS["size"]`` starts while the first
+    still serves, then a third with a smaller one: every request of every
+    deploy succeeds, every entry stays, and all serve from the new file."""
+    first_dir, second_dir, third_dir = (tmp_path / d for d in ("one", "two", "three"))
+    for d in (first_dir, second_dir, third_dir):
+        d.mkdir()
+    cache = str(tmp_path / "site.cache")
+    with gunicorn(first_dir, GUNICORN_SITE_CACHE=cache, GUNICORN_SITE_SIZE="4MiB") as one:
+        for i in range(20):
+            one.get(f"/set/k{i}/v{i}/")
+        before = _spread(one, "/capacity/")
+        assert set(before.values()) == {str(4 * 2**20)}
+        with gunicorn(second_dir, GUNICORN_SITE_CACHE=cache, GUNICORN_SITE_SIZE="8MiB") as two:
+            grown = {int(v) for v in _spread(two, "/capacity/").values()}
+            assert len(grown) == 1 and 7 * 2**20 < min(grown) <= 8 * 2**20, grown
+            # The first deploy's workers follow at their next request.
+            assert {int(v) for v in _spread(one, "/capacity/").values()} == grown
+            for server in (one, two):
+                for i in range(20):
+                    assert server.get(f"/get/k{i}/").split()[0] == f"v{i}"
+            two.get("/set/during/two/")
+            assert one.get("/get/during/").split()[0] == "two"
+        with gunicorn(third_dir, GUNICORN_SITE_CACHE=cache, GUNICORN_SITE_SIZE="2MiB") as three:
+            shrunk = {int(v) for v in _spread(three, "/capacity/").values()}
+            assert len(shrunk) == 1 and 2**20 < min(shrunk) <= 2 * 2**20, shrunk
+            assert {int(v) for v in _spread(one, "/capacity/").values()} == shrunk
+            for server in (one, three):
+                for i in range(20):
+                    assert server.get(f"/get/k{i}/").split()[0] == f"v{i}"
+        stats = one.get("/stats/").split()
+        assert stats[0] == "0", f"shards repaired: {stats}"
+    assert [n for n in os.listdir(tmp_path) if ".resize-" in n] == []
+    assert {Cache(path=cache).capacity} == shrunk

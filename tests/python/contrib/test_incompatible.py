@@ -1,9 +1,10 @@
-"""A changed size (or a file of another layout) is told in the caller's own terms.
+"""A changed size resizes the file; a file of another layout is told in the caller's terms.
 
-The engine's ``IncompatibleFileError`` ends with a remedy in Python arguments
-(``size=None``, ``recreate=True``).  Django's and Flask's backends and the
-``nearcache`` command say it with the settings their users wrote, and the
-remedy they give works.
+A file of another layout (another version of nearcache wrote it) cannot be
+read: Django's and Flask's backends and the ``nearcache`` command say so with
+the settings their users wrote, and the remedy they give works.  A changed
+``OPTIONS["size"]`` is no error at all: the file is resized live, its entries
+kept.
 """
 
 from __future__ import annotations
@@ -38,59 +39,60 @@ def _other_layout(path: Path) -> None:
 # ---------------------------------------------------------------------------- the helper
 
 
-def test_engine_facts_keeps_the_facts_and_drops_the_python_remedy(tmp_path: Path) -> None:
-    Cache(path=tmp_path / "c", size="1MiB").close()
-    with pytest.raises(nearcache.IncompatibleFileError) as info:
-        Cache(path=tmp_path / "c", size="2MiB")
-    facts = engine_facts(str(info.value))
-    assert str(tmp_path / "c") in facts and "shards" in facts
+def test_engine_facts_keeps_the_facts_and_drops_the_python_remedy() -> None:
+    facts = engine_facts(
+        "incompatible cache file: /x holds 2 shards but 4 were requested; open it with its "
+        "own parameters (size=None) or pass recreate=True to replace it"
+    )
+    assert facts == "incompatible cache file: /x holds 2 shards but 4 were requested"
     _no_python_terms(facts)
 
 
-def test_reworded_tells_a_size_from_a_layout(tmp_path: Path) -> None:
-    terms = Terms(asked="SIZE = 2", keep="drop SIZE", recreate="RECREATE = 1", needs_size="SIZE")
-    Cache(path=tmp_path / "sized", size="1MiB").close()
-    with pytest.raises(nearcache.IncompatibleFileError) as info:
-        Cache(path=tmp_path / "sized", size="2MiB")
-    text = str(reworded(info.value, str(tmp_path / "sized"), terms))
-    assert "asked for by SIZE = 2" in text and "drop SIZE to keep this file" in text
-    assert "RECREATE = 1" in text and "another version" not in text
-    _no_python_terms(text)
+def test_reworded_names_the_callers_options(tmp_path: Path) -> None:
+    terms = Terms(asked="SIZE = 2", recreate="RECREATE = 1", needs_size="SIZE")
     _other_layout(tmp_path / "old")
     with pytest.raises(nearcache.IncompatibleFileError) as info:
         Cache(path=tmp_path / "old")
     text = str(reworded(info.value, str(tmp_path / "old"), terms))
     assert "layout version" in text and str(tmp_path / "old") in text
+    assert "opened with SIZE = 2" in text
     assert "another version of nearcache" in text and "RECREATE = 1 and SIZE" in text
-    assert "drop SIZE" not in text
-    # Without a path both remedies are given.
-    both = str(reworded(info.value, "", terms))
-    assert "If only its size differs" in both and "if its layout differs" in both
+    _no_python_terms(text)
+
+
+def test_another_size_is_resized_not_refused(tmp_path: Path) -> None:
+    small = Cache(path=tmp_path / "c", size="1MiB")
+    small.set("kept", "value")
+    grown = Cache(path=tmp_path / "c", size="2MiB")
+    assert grown.capacity > 1.5 * 2**20
+    assert grown.get("kept") == "value"
+    # The handle opened before follows the new file.
+    assert small.get("kept") == "value" and small.capacity == grown.capacity
 
 
 # ---------------------------------------------------------------------------------- Django
 
 
-def test_django_names_options_size(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_django_resizes_when_options_size_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pytest.importorskip("django")
     from nearcache.contrib.django import NearCache
 
     monkeypatch.setenv("NEARCACHE_DIR", str(tmp_path / "shm"))
-    NearCache("mysite", {"OPTIONS": {"size": "1MiB"}}).cache.close()
-    with pytest.raises(nearcache.IncompatibleFileError) as info:
-        NearCache("mysite", {"OPTIONS": {"size": "2MiB", "shards": 2}})
-    text = str(info.value)
-    assert str(tmp_path / "shm" / "mysite") in text
-    assert 'OPTIONS["size"] = \'2MiB\' and OPTIONS["shards"] = 2' in text
-    assert 'remove "size" and "shards" from OPTIONS to keep this file' in text
-    assert 'OPTIONS["recreate"] = True' in text and "cannot be resized" in text
-    assert isinstance(info.value.__cause__, nearcache.IncompatibleFileError)
-    _no_python_terms(text)
-    # Both remedies work.
-    kept = NearCache("mysite", {"OPTIONS": {}})
-    assert kept.cache.capacity < 1.1 * 2**20
-    grown = NearCache("mysite", {"OPTIONS": {"size": "2MiB", "recreate": True}})
-    assert grown.cache.capacity > 1.5 * 2**20
+    before = NearCache("mysite", {"OPTIONS": {"size": "1MiB"}})
+    before.set("page", "cached")
+    # The next deploy's settings: a bigger cache, entries kept.
+    after = NearCache("mysite", {"OPTIONS": {"size": "2MiB", "shards": 2}})
+    assert after.cache.capacity > 1.5 * 2**20 and after.cache.shard_count == 2
+    assert after.get("page") == "cached"
+    # The previous deploy's process follows at its next operation.
+    assert before.get("page") == "cached"
+    assert before.cache.capacity == after.cache.capacity
+    # And back down.
+    smaller = NearCache("mysite", {"OPTIONS": {"size": "512KiB"}})
+    assert smaller.cache.capacity <= 512 * 1024
+    assert smaller.get("page") == "cached" and after.get("page") == "cached"
 
 
 def test_django_file_of_another_layout(tmp_path: Path) -> None:
@@ -114,8 +116,8 @@ def test_django_tiered_l1_names_options_l1(tmp_path: Path) -> None:
     pytest.importorskip("django")
     from nearcache.contrib.django import TieredNearCache
 
-    l1: dict[str, Any] = {"driver": "nearcache", "path": str(tmp_path / "l1"), "size": "1MiB"}
-    Cache(path=tmp_path / "l1", size="2MiB").close()
+    l1: dict[str, Any] = {"driver": "nearcache", "path": str(tmp_path / "l1")}
+    _other_layout(tmp_path / "l1")
     with pytest.raises(nearcache.IncompatibleFileError) as info:
         TieredNearCache("memory://?max_entries=1000", {"OPTIONS": {"l1": l1}})
     text = str(info.value)
@@ -134,28 +136,28 @@ def _flask_app(**config: object) -> Any:
     return flask_caching.Cache(app)
 
 
-def test_flask_names_its_config_keys(tmp_path: Path) -> None:
+def test_flask_resizes_and_names_its_config_keys(tmp_path: Path) -> None:
     path = str(tmp_path / "flask-file")
     cache = _flask_app(CACHE_NEARCACHE_OPTIONS={"path": path, "size": "1MiB"})
-    cache.cache.close()
-    with pytest.raises(nearcache.IncompatibleFileError) as info:
-        _flask_app(CACHE_NEARCACHE_OPTIONS={"path": path, "size": "2MiB"})
-    text = str(info.value)
-    assert "CACHE_NEARCACHE_OPTIONS[\"size\"] = '2MiB'" in text and path in text
-    assert 'CACHE_NEARCACHE_OPTIONS["recreate"] = True' in text
-    _no_python_terms(text)
-    with pytest.raises(nearcache.IncompatibleFileError) as info:
-        _flask_app(CACHE_NEARCACHE_OPTIONS={"path": path}, CACHE_OPTIONS={"size": "2MiB"})
-    assert "CACHE_OPTIONS[\"size\"] = '2MiB'" in str(info.value)
-    assert 'remove CACHE_OPTIONS["size"]' in str(info.value)
-    grown = _flask_app(CACHE_NEARCACHE_OPTIONS={"path": path, "size": "2MiB", "recreate": True})
+    cache.set("k", "v")
+    grown = _flask_app(CACHE_NEARCACHE_OPTIONS={"path": path, "size": "2MiB"})
     assert grown.cache.store.cache.capacity > 1.5 * 2**20
+    assert grown.get("k") == "v"
     grown.cache.close()
+    cache.cache.close()
+    old = str(tmp_path / "old")
+    _other_layout(Path(old))
+    with pytest.raises(nearcache.IncompatibleFileError) as info:
+        _flask_app(CACHE_NEARCACHE_OPTIONS={"path": old}, CACHE_OPTIONS={"size": "2MiB"})
+    text = str(info.value)
+    assert "CACHE_OPTIONS[\"size\"] = '2MiB'" in text and old in text
+    assert 'CACHE_OPTIONS["recreate"] = True' in text
+    _no_python_terms(text)
 
 
 def test_flask_url(tmp_path: Path) -> None:
+    _other_layout(tmp_path / "l1")
     url = f"nearcache://?path={tmp_path}/l1&size=2MiB"
-    Cache(path=tmp_path / "l1", size="1MiB").close()
     with pytest.raises(nearcache.IncompatibleFileError) as info:
         _flask_app(CACHE_NEARCACHE_URL=url)
     text = str(info.value)

@@ -25,6 +25,11 @@
 //!   resets the shard. Counters only lockers read are plain volatile
 //!   words; the few read without the lock (`seq`, `ITEMS`,
 //!   `LOCK_TIMEOUTS`) are atomic loads of aligned words.
+//! * A shard a live resize copied to a new file is sealed (`seal_moved`):
+//!   `seq` is left odd for good, so every optimistic get that overlaps or
+//!   follows the seal falls back to the lock, and a locker finds
+//!   `is_sealed` (under the lock `seq` is otherwise even) and goes to the
+//!   new file (`resize.rs`).
 //! * An unlocked guard (`ShardGuard::unlocked`) is a view for reads
 //!   without the lock (optimistic gets, counters) and for initialisation
 //!   while no other process has the file mapped: it never unlocks.
@@ -285,5 +290,26 @@ impl<'a> ShardGuard<'a> {
             held_bytes: self.held_bytes(),
             ..ShardStats::default()
         }
+    }
+}
+
+// ---- sealing a shard a live resize moved (`resize.rs`)
+
+impl ShardGuard<'_> {
+    /// Seal the shard after a resize copied it to the new file: `seq` is
+    /// left odd for good, so every optimistic get that overlaps or follows
+    /// the seal falls back to the lock, and every locker sees
+    /// [`ShardGuard::is_sealed`] and goes to the new file instead.
+    pub(crate) fn seal_moved(&self) {
+        std::sync::atomic::fence(Ordering::Release);
+        self.set_hdr(sh::SEQ, self.hdr(sh::SEQ) | 1);
+        std::sync::atomic::fence(Ordering::SeqCst);
+    }
+
+    /// Whether the shard was sealed by a resize. Under the lock `seq` is
+    /// even unless sealed: a holder that died mid-move left it odd, and
+    /// the locker that inherited the lock repaired the shard first.
+    pub(crate) fn is_sealed(&self) -> bool {
+        self.moving.get() == 0 && self.hdr(sh::SEQ) & 1 == 1
     }
 }

@@ -918,6 +918,37 @@ impl<'a> ShardGuard<'a> {
         }
     }
 
+    /// Call `f(key, value bytes, raw flags, expires)` for each live entry,
+    /// oldest first (the segments from tail to head, each in write order:
+    /// the eviction order). A spilled entry's value bytes are its
+    /// reference, and its flags carry `FLAG_SPILLED`. A shard that fails
+    /// its checks is reset: what it held is lost, never copied torn.
+    pub(crate) fn for_each_live_raw(
+        &self,
+        now: &mut Now,
+        mut f: impl FnMut(&[u8], &[u8], u32, u64),
+    ) {
+        let t = now.get();
+        let (mut key, mut val) = (Vec::new(), Vec::new());
+        let res = self.walk_entries(|e| {
+            if !e.is_dead() && !e.expired(t) {
+                key.resize(e.key_len, 0);
+                val.resize(e.val_len, 0);
+                // SAFETY: key and value bytes lie inside the entry that
+                // `walk_entries` checked against its segment's used end.
+                unsafe {
+                    self.shard.copy_out(e.off + ENTRY_HEADER, key.as_mut_ptr(), e.key_len);
+                    self.shard.copy_out(e.val_off(), val.as_mut_ptr(), e.val_len);
+                }
+                f(&key, &val, e.flags, e.expires);
+            }
+            Ok(())
+        });
+        if let Err(c) = res {
+            self.recover(c);
+        }
+    }
+
     /// Append the references of every spilled entry not marked dead
     /// (expired ones included: their files are still theirs). A shard
     /// that fails its checks is reset (its files become orphans).

@@ -14,6 +14,8 @@
 //! * A failed check of a shared word during an operation (`Corrupt`) resets
 //!   the shard and counts it (`recover`): a hostile or scribbled file can
 //!   lose entries, never make the engine read or write outside the shard.
+//! * A sealed shard (`guard.rs`) whose migration was abandoned (its new
+//!   file is gone) is emptied and unsealed by `reset_sealed`.
 //! * Test hooks (`scribble_mid_write`, `reset_after_scribble`) leave a
 //!   shard as a killed writer would, and undo it.
 
@@ -240,5 +242,13 @@ impl<'a> ShardGuard<'a> {
         for i in 0..self.shard.slots.min(8) {
             self.set_slot(i, 0x0bad_0bad_0bad_0bad);
         }
+    }
+}
+
+impl ShardGuard<'_> {
+    /// Empty a sealed shard and make it usable again (an abandoned
+    /// migration whose new file is gone).
+    pub(crate) fn reset_sealed(&self) {
+        self.reset_data();
     }
 }

@@ -199,15 +199,19 @@ sub new {
         $fs_reserve = _parse_size($opt{fs_reserve});
         $no_fs_reserve = $fs_reserve == 0 ? 1 : 0;
     }
-    my $cache = $class->_open(
-        $path, $size, $shards,
-        (exists $opt{create} ? ($opt{create} ? 1 : 0) : 1),
-        ($opt{recreate} || $opt{init_file} ? 1 : 0),
-        $foreign, $lock_timeout_ms, $spill_threshold, $spill_budget, $no_spill,
-        $fs_reserve, $no_fs_reserve,
-        $default_ttl_ms, _hooked(\%self), _perl_encode(\%self),
-        (defined $self{signing_key} ? 1 : 0), \%self,
-    );
+    my $cache = eval {
+        $class->_open(
+            $path, $size, $shards,
+            (exists $opt{create} ? ($opt{create} ? 1 : 0) : 1),
+            ($opt{recreate} || $opt{init_file} ? 1 : 0),
+            $foreign, $lock_timeout_ms, $spill_threshold, $spill_budget, $no_spill,
+            $fs_reserve, $no_fs_reserve,
+            $default_ttl_ms, _hooked(\%self), _perl_encode(\%self),
+            (defined $self{signing_key} ? 1 : 0), \%self,
+        );
+    };
+    croak _incompatible("$@", \%opt) if !$cache && $@ =~ /incompatible cache file/;
+    die $@ unless $cache;
     chmod $permissions, $path if !$existed && (stat $path)[4] == $>;
     $cache->_clear if $opt{init_file};
     weaken($LiveCaches{"$cache"} = $cache) if $self{empty_on_exit};
@@ -276,6 +280,19 @@ sub share_file  { $_[0]->{share_file} }
 sub expire_time { $_[0]->{expire_time} }
 sub raw_values  { $_[0]->{raw_values} }
 sub serializer  { $_[0]->{serializer} }
+
+# A file the engine cannot read (another version of nearcache wrote it;
+# another size is resized, not refused), told in this module's options.
+sub _incompatible {
+    my ($err, $opt) = @_;
+    $err =~ s/ at \S+ line \d+\.?\n?\z//;
+    my @asked = map { "$_ => '$opt->{$_}'" } grep { defined $opt->{$_} } qw(cache_size page_size num_pages);
+    my $asked = @asked ? ' (opened with ' . join(', ', @asked) . ')' : '';
+    my $size = @asked ? '' : ' and a cache_size';
+    return "$err$asked: the file was written by another version of nearcache, which may "
+        . "still be running: pass recreate => 1$size to replace it with an empty file, or "
+        . "delete it once no process of that version uses it";
+}
 
 # Cache::FastMmap's sizing: cache_size alone, or page_size x num_pages
 # (defaults 64k x 89), each page a power of two of at least 4k. The
@@ -1228,9 +1245,14 @@ Empty the cache when opening it, and replace a file of another size.
 =item cache_size
 
 Total size: bytes, or with C<k>, C<m> or C<g> (default C<64m>, or the
-size of an existing file when no size option is given). Every process
-opening a file must pass the same size (another size croaks, unless
-C<init_file> or C<recreate> replaces the file).
+size of an existing file when no size option is given). Another size
+than the existing file's resizes it live: its entries are kept (on a
+shrink, the most recently written that fit) and every process that has
+it open, in Perl, Python or C, follows the new file at its next call
+(C<init_file> or C<recreate> replace the file by an empty one instead).
+A file written by another version of nearcache cannot be resized: the
+error says C<incompatible cache file>, and C<recreate> with a
+C<cache_size> replaces it.
 
 =item page_size, num_pages
 

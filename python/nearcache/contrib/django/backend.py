@@ -65,7 +65,11 @@ Other ``OPTIONS`` (besides ``stampede_wait``) are passed to
 ``signing_key``, ``prefix``, ``recreate``, ``allow_foreign_owner``.  The
 cache file is mapped once per process and shared by every alias and thread
 that names the same ``LOCATION`` and options; ``close()`` (which Django calls
-after each request) keeps it mapped.
+after each request) keeps it mapped.  A deploy that changes
+``OPTIONS["size"]`` (or ``"shards"``) resizes the file live at the first
+open by a new process: the entries are kept (on a shrink, the most recently
+written that fit) and the processes of the previous deploy that still have
+it open follow the new file at their next operation.
 """
 
 from __future__ import annotations
@@ -209,7 +213,7 @@ def _location_path(location: str) -> str:
 def incompatible_in_settings(
     exc: IncompatibleFileError, location: str, options: Mapping[str, Any]
 ) -> IncompatibleFileError:
-    """``exc`` (a changed ``OPTIONS["size"]``, a file of another layout) in settings' terms.
+    """``exc`` (a file of another layout) in settings' terms.
 
     The engine's remedy speaks of ``Cache()`` arguments; a site changed its
     ``CACHES`` setting.  See :mod:`nearcache._incompatible`.
@@ -218,7 +222,6 @@ def incompatible_in_settings(
     given = [k for k in ("size", "shards") if options.get(k)]
     terms = Terms(
         asked=" and ".join(f'OPTIONS["{k}"] = {options[k]!r}' for k in given),
-        keep="remove " + " and ".join(f'"{k}"' for k in given or ["size"]) + " from OPTIONS",
         recreate='OPTIONS["recreate"] = True',
         needs_size="" if options.get("size") else 'an OPTIONS["size"]',
     )

@@ -66,7 +66,6 @@ def incompatible_l1(exc: IncompatibleFileError, l1: Any) -> IncompatibleFileErro
     """``exc`` raised opening the L1 of ``OPTIONS["l1"]``, in settings' terms."""
     terms = Terms(
         asked=f'OPTIONS["l1"] = {l1!r}',
-        keep='remove "size" and "shards" from OPTIONS["l1"]',
         recreate='"recreate": True in OPTIONS["l1"] (recreate=1 in a URL)',
         needs_size="a size in it",
     )
