@@ -25,13 +25,14 @@ def test_runs_only_when_named() -> None:
     assert "e2e" in WORKLOADS
     assert "e2e" not in default_workloads()
     # perl-chi-2010 too: it starts a memcached of its own; value-sizes takes minutes;
-    # large fills files of up to 16 GiB.
+    # large fills files of up to 16 GiB; locks is ours, beside the seed studies.
     assert set(default_workloads()) == set(WORKLOADS) - {
         "e2e",
         "perl-chi-2010",
         "value-sizes",
         "traces",
         "large",
+        "locks",
     }
 
 

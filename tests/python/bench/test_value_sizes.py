@@ -68,8 +68,14 @@ def test_a_row_per_backend_and_size(tmp_path: Path) -> None:
     ran = {n for n in PEERS if (s := result.backend(n)) is not None and s.available}
     assert "nearcache" in ran
     assert [c.case for c in w.cases] == TINY_SIZES
+    # Inline entries are bounded by an arena segment (96-256 KiB): the
+    # forced-inline row refuses the larger values, with the reason.
+    inline_sizes = {"1KiB", "128KiB"}
     for case in w.cases:
-        assert {m.backend for m in case.measurements} == ran | {INLINE, SPILLED}, case.skipped
+        expected = ran | {SPILLED} | ({INLINE} if case.case in inline_sizes else set())
+        assert {m.backend for m in case.measurements} == expected, case.skipped
+        if case.case not in inline_sizes:
+            assert "one arena segment" in case.skipped.pop(INLINE)
         assert not {n for n in case.skipped if n in ran or n in (INLINE, SPILLED)}, case.skipped
         for m in case.measurements:
             assert m.metrics["get_per_s"] > 0 and m.metrics["set_per_s"] > 0
@@ -84,11 +90,12 @@ def test_a_row_per_backend_and_size(tmp_path: Path) -> None:
                 assert m.info["evictions"] == 0
                 assert m.info["fs"]
     stored = {(c.case, m.backend): m.info["stored"] for c in w.cases for m in c.measurements}
-    # The default threshold is 128 KiB: a value of exactly that size stays inline.
+    # The default threshold is 128 KiB, but an inline entry must fit one
+    # arena segment (about 100 KiB in the default 2 MiB shards): 128 KiB spills.
     assert [stored[(size, "nearcache")] for size in TINY_SIZES] == [
-        "inline", "inline", "spilled", "spilled",
+        "inline", "spilled", "spilled", "spilled",
     ]  # fmt: skip
-    assert {stored[(size, INLINE)] for size in TINY_SIZES} == {"inline"}
+    assert {stored[(size, INLINE)] for size in TINY_SIZES if size in inline_sizes} == {"inline"}
     assert {stored[(size, SPILLED)] for size in TINY_SIZES} == {"spilled"}
     # Every store and spill directory is gone, in nearcache's directory and the scratch one.
     assert not list((tmp_path / "shm").iterdir())
@@ -118,9 +125,13 @@ def test_nearcache_rows_return_the_exact_values(tmp_path: Path, size_id: str) ->
     keys = int(case.params["keys"])
     backends: list[Backend] = [
         get_backend("nearcache")(ctx, w.capacity(case), f"{size_id}-default"),
-        NearcacheInline(ctx, w.capacity(case), f"{size_id}-inline", keys),
         NearcacheSpilled(ctx, w.capacity(case), f"{size_id}-spilled", keys),
     ]
+    if size_id == "1KiB":  # inline entries are bounded by an arena segment
+        backends.append(NearcacheInline(ctx, w.capacity(case), f"{size_id}-inline", keys))
+    else:
+        with pytest.raises(ValueRefused, match="one arena segment"):
+            NearcacheInline(ctx, w.capacity(case), f"{size_id}-inline", keys)
     for backend in backends:
         try:
             assert isinstance(backend, NearcacheCache)
@@ -142,7 +153,7 @@ def test_nearcache_rows_return_the_exact_values(tmp_path: Path, size_id: str) ->
 
 def test_inline_geometry_fits_the_value_in_one_shard(tmp_path: Path) -> None:
     path = str(tmp_path / "geometry")
-    value = 4 * 2**20
+    value = 64 * 2**10
     size, shards = inline_geometry(path, value, 36, 3)
     cache = NativeCache(path, size, shards)
     try:
@@ -151,6 +162,11 @@ def test_inline_geometry_fits_the_value_in_one_shard(tmp_path: Path) -> None:
         assert size // shards >= 2 * 3 * value  # all three keys fit one shard, twice over
     finally:
         cache.close()
+    # Inline entries are bounded by an arena segment: a 4 MiB value is
+    # refused at once, whatever the file, with the reason.
+    with pytest.raises(ValueRefused, match="one arena segment"):
+        inline_geometry(path, 4 * 2**20, 36, 3)
+    assert not os.path.exists(path)
     with pytest.raises(ValueRefused):
         inline_geometry(path, 2**40, 36, 3)
     assert not os.path.exists(path)

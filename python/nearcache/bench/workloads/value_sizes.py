@@ -220,20 +220,32 @@ def inline_geometry(path: str, value_len: int, key_len: int, keys: int) -> tuple
     native = import_module("nearcache._native")
     entry = value_len + key_len + _ENTRY_OVERHEAD
     size = max(UNBOUNDED_SIZE, 1 << math.ceil(math.log2(4 * keys * entry)))
+    largest = 0  # the largest entry any geometry tried so far takes inline
     while size <= MAX_INLINE_FILE:
         cache = native.NativeCache(path, size, 0, recreate=True)
         shards = int(cache.shard_count)
         cache.close()
+        largest_here = 0
         while shards >= 1:
             load = keys / shards
             bound = min(keys, math.ceil(load + 4 * math.sqrt(load) + 2))
             if (size // shards) // 2 >= bound * entry:
                 cache = native.NativeCache(path, size, shards, recreate=True)
-                fits = int(cache.max_entry_size) >= entry
+                takes = int(cache.max_entry_size)
                 cache.close()
-                if fits:
+                if takes >= entry:
                     return size, shards
+                largest_here = max(largest_here, takes)
             shards //= 2
+        if largest and largest_here <= largest:
+            # A larger file takes no larger entry: inline entries are
+            # bounded by an arena segment, not by the file.
+            remove_cache_file(path)
+            raise ValueRefused(
+                f"nearcache keeps entries up to {format_bytes(largest)} in shared memory "
+                f"(one arena segment); {format_bytes(value_len)} values are spilled to files"
+            )
+        largest = max(largest, largest_here)
         size *= 2
     remove_cache_file(path)
     raise ValueRefused(
