@@ -21,7 +21,7 @@
 //! per entry); `--aging`: the sketch halves every N x the entries
 //! additions (10 by default, as TinyLFU).
 
-use nearcache_core::eviction::{limit_for_mean, replay, Config, Policy};
+use nearcache_core::eviction::{limit_for_mean, replay, Config, Policy, Walk};
 use std::process::ExitCode;
 
 fn read_oracle_general(path: &str, sizes: bool) -> Result<Vec<(u64, u64)>, String> {
@@ -52,6 +52,15 @@ fn run() -> Result<(), String> {
     let mut window = None;
     let mut sketch = None;
     let mut aging = None;
+    let mut walk = None;
+    let mut wmax = None;
+    let mut ghost = None;
+    let mut step = None;
+    let mut ghost_age = None;
+    let mut tie_break = false;
+    let mut conservative = false;
+    let mut plain = false;
+    let mut margin = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -67,6 +76,49 @@ fn run() -> Result<(), String> {
                     .collect::<Result<_, _>>()?;
             }
             "--sizes" => sizes = true,
+            "--ghost-age" => {
+                let v = it.next().ok_or("--ghost-age needs a value")?;
+                let f: f64 = v.parse().map_err(|_| format!("bad --ghost-age {v}"))?;
+                if !(0.0..=100.0).contains(&f) {
+                    return Err(format!("--ghost-age {f}: 0 (off) to 100 x the queue"));
+                }
+                ghost_age = Some(f);
+            }
+            "--tiebreak" => tie_break = true,
+            "--conservative" => conservative = true,
+            "--plain-duel" => plain = true,
+            "--margin" => {
+                let v = it.next().ok_or("--margin needs a value")?;
+                margin = Some(v.parse::<u8>().map_err(|_| format!("bad --margin {v}"))?);
+            }
+            "--walk" => {
+                let v = it.next().ok_or("--walk needs a value")?;
+                walk = Some(Walk::from_name(v).ok_or(format!("--walk {v}: fifo, sieve or clock"))?);
+            }
+            "--wmax" => {
+                let v = it.next().ok_or("--wmax needs a value")?;
+                let w: u64 = v.parse().map_err(|_| format!("bad --wmax {v}"))?;
+                if !(1..=99).contains(&w) {
+                    return Err(format!("--wmax {w}: 1 to 99 percent"));
+                }
+                wmax = Some(w);
+            }
+            "--ghost" => {
+                let v = it.next().ok_or("--ghost needs a value")?;
+                let g: u64 = v.parse().map_err(|_| format!("bad --ghost {v}"))?;
+                if !(1..=400).contains(&g) {
+                    return Err(format!("--ghost {g}: 1 to 400 percent of the entries"));
+                }
+                ghost = Some(g);
+            }
+            "--step" => {
+                let v = it.next().ok_or("--step needs a value")?;
+                let f: f64 = v.parse().map_err(|_| format!("bad --step {v}"))?;
+                if !(0.01..=1000.0).contains(&f) {
+                    return Err(format!("--step {f}: 0.01 to 1000 entries"));
+                }
+                step = Some(f);
+            }
             "--sketch" => {
                 let v = it.next().ok_or("--sketch needs a value")?;
                 let f: f64 = v.parse().map_err(|_| format!("bad --sketch {v}"))?;
@@ -130,6 +182,30 @@ fn run() -> Result<(), String> {
             }
             if let Some(f) = sketch {
                 cfg.sketch_counters_per_entry = f;
+            }
+            if let Some(w) = walk {
+                cfg.walk = w;
+            }
+            if let Some(w) = wmax {
+                cfg.window_max_percent = w;
+            }
+            if let Some(g) = ghost {
+                cfg.ghost_percent = g;
+            }
+            if let Some(f) = step {
+                cfg.ghost_step = f;
+            }
+            if let Some(f) = ghost_age {
+                cfg.ghost_age = f;
+            }
+            cfg.tie_break |= tie_break;
+            cfg.conservative |= conservative;
+            if plain {
+                cfg.conservative = false;
+                cfg.admit_margin = 0;
+            }
+            if let Some(m) = margin {
+                cfg.admit_margin = m;
             }
             if sizes {
                 // A byte budget: the item limit does not bind.
