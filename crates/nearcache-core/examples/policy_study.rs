@@ -60,6 +60,10 @@ fn run() -> Result<(), String> {
     let mut tie_break = false;
     let mut conservative = false;
     let mut plain = false;
+    let mut segments = 0u64;
+    let mut no_fill = false;
+    let mut group = false;
+    let mut slack = None;
     let mut margin = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -87,6 +91,23 @@ fn run() -> Result<(), String> {
             "--tiebreak" => tie_break = true,
             "--conservative" => conservative = true,
             "--plain-duel" => plain = true,
+            "--no-fill" => no_fill = true,
+            "--group" => group = true,
+            "--slack" => {
+                let v = it.next().ok_or("--slack needs a value")?;
+                let f: u64 = v.parse().map_err(|_| format!("bad --slack {v}"))?;
+                if f > 50 {
+                    return Err(format!("--slack {f}: 0 to 50 percent of the arena"));
+                }
+                slack = Some(f);
+            }
+            "--segments" => {
+                let v = it.next().ok_or("--segments needs a value")?;
+                segments = v.parse().map_err(|_| format!("bad --segments {v}"))?;
+                if !(4..=1024).contains(&segments) {
+                    return Err(format!("--segments {segments}: 4 to 1024 segments per shard"));
+                }
+            }
             "--margin" => {
                 let v = it.next().ok_or("--margin needs a value")?;
                 margin = Some(v.parse::<u8>().map_err(|_| format!("bad --margin {v}"))?);
@@ -169,11 +190,26 @@ fn run() -> Result<(), String> {
         let mut base = Config::new(Policy::Sieve, target);
         base.shards = shards;
         base.free_percent = free;
-        let limit = if sizes { target } else { limit_for_mean(base, target, &requests) };
+        base.segments = segments;
+        let shared = if sizes { target } else { limit_for_mean(base, target, &requests) };
         for &policy in &policies {
             let mut cfg = Config::new(policy, target);
             cfg.shards = shards;
             cfg.free_percent = free;
+            cfg.segments = segments;
+            cfg.segment_fill = !no_fill;
+            if group {
+                cfg.segment_cleaner = false;
+            }
+            if let Some(f) = slack {
+                cfg.segment_slack = f;
+            }
+            if segments > 0 && !cfg.policy.segment_ready() {
+                return Err(format!(
+                    "--segments: {} is modelled on the entry-granular arena only",
+                    policy.name()
+                ));
+            }
             if let Some(w) = window {
                 cfg.window_percent = w;
             }
@@ -207,6 +243,16 @@ fn run() -> Result<(), String> {
             if let Some(m) = margin {
                 cfg.admit_margin = m;
             }
+            // On segments, what a merge frees depends on the policy's
+            // choices: each policy's limit is found for its own mean.
+            let limit = if segments > 0 && !sizes {
+                let mut c = cfg;
+                c.capacity_bytes = target;
+                c.max_items = target;
+                limit_for_mean(c, target, &requests)
+            } else {
+                shared
+            };
             if sizes {
                 // A byte budget: the item limit does not bind.
                 cfg.max_items = u64::MAX / 4;
@@ -218,7 +264,7 @@ fn run() -> Result<(), String> {
             println!(
                 "{{\"policy\":\"{}\",\"free\":{},\"target\":{},\"limit\":{},\"mean_items\":{:.1},\
                  \"requests\":{},\"hits\":{},\"hit_ratio\":{:.6},\"byte_hit_ratio\":{:.6},\
-                 \"compactions\":{}}}",
+                 \"compactions\":{},\"segments\":{},\"copied_per_request\":{:.3}}}",
                 policy.name(),
                 free,
                 target,
@@ -229,6 +275,8 @@ fn run() -> Result<(), String> {
                 o.hit_ratio(),
                 if o.bytes > 0 { o.hit_bytes as f64 / o.bytes as f64 } else { 0.0 },
                 o.compactions,
+                segments,
+                o.copied_bytes as f64 / o.requests.max(1) as f64,
             );
         }
     }

@@ -48,8 +48,33 @@
 //! * `WTinyLfuExact`: the same with every hit counted in the sketch (a
 //!   shared write per hit, which the engine cannot afford): the ceiling of
 //!   what the counter-based feed loses.
+//! * `WTinyLfuAdaptive`, `WTinyLfuRecency`, `WTinyLfuTieBreak`: the window
+//!   sized by Caffeine's hill climber; a candidate hit in the window
+//!   promoted without a duel; a candidate hit in the window winning ties.
+//! * `WTinyLfuAging`: the sketch halves sooner (down to every 1 x the
+//!   entries additions) while the window's entries are hit more per entry
+//!   than the main's, later (up to `sketch_aging`) otherwise.
+//! * `WTinyLfuMargin`: a conservative-update sketch and a duel the
+//!   candidate must win by more than one count: on a loop, count-min noise
+//!   otherwise lets a quarter of the candidates win and turns the main over.
+//! * `WTinyLfuGhost` (the chosen one): the margin duel, a window walked like
+//!   CLOCK (a hit window entry is moved to the newest end, so a large window
+//!   follows LRU), and a window share of 1-90% that follows two ghosts of
+//!   fingerprints as ARC's target does: a key the window evicted (lost its
+//!   duel) that misses again within twice the window's size in insertions
+//!   grows the window by 4 entries (times ARC's ghost-length ratio); a key
+//!   the main evicted that returns within twice the main's size shrinks
+//!   it. The age limit is what keeps loops: a loop key comes back after a
+//!   whole cycle, later than twice a small window. `WTinyLfuGhostAging`
+//!   adds the adaptive aging.
+//! * `S3FifoFullGhost`: S3-FIFO whose ghost is as long as the cache.
+//!
+//! The arena is entry-granular (a compaction frees `free_percent` and
+//! slides the survivors down) or, with `Config::segments`, made of fixed
+//! segments as the engine's shard is becoming ([`segments`]).
 
 pub mod ghost;
+mod segments;
 pub mod sketch;
 
 use ghost::Ghost;
@@ -157,6 +182,12 @@ impl Policy {
         )
     }
 
+    /// Whether the segment-granular arena models this policy (SIEVE and
+    /// the W-TinyLFU family; the S3-FIFO variants are entry-granular only).
+    pub fn segment_ready(self) -> bool {
+        self == Policy::Sieve || self.is_wtinylfu()
+    }
+
     /// Whether the duel is the strict one (conservative sketch, margin 1).
     fn strict_duel(self) -> bool {
         matches!(self, Policy::WTinyLfuMargin | Policy::WTinyLfuGhost | Policy::WTinyLfuGhostAging)
@@ -255,6 +286,19 @@ pub struct Config {
     pub conservative: bool,
     /// A candidate must count more than the victim plus this to win.
     pub admit_margin: u8,
+    /// Segments per shard for the segment-granular arena ([`segments`]);
+    /// 0: the entry-granular arena, a compaction freeing `free_percent`.
+    pub segments: u64,
+    /// A merge takes in further segments while its survivors would fill
+    /// less than half a segment.
+    pub segment_fill: bool,
+    /// On segments, the policy evicts with its own hands and a cleaner
+    /// merges the group with the most holes (see [`segments`]); otherwise
+    /// the policy decides whole groups at one hand.
+    pub segment_cleaner: bool,
+    /// With the cleaner, percent of the arena kept free of live entries
+    /// (at least two segments) so that holes gather into whole segments.
+    pub segment_slack: u64,
 }
 
 impl Config {
@@ -279,6 +323,10 @@ impl Config {
             tie_break: policy == Policy::WTinyLfuTieBreak,
             conservative: policy.strict_duel(),
             admit_margin: policy.strict_duel() as u8,
+            segments: 0,
+            segment_fill: true,
+            segment_cleaner: policy != Policy::Sieve,
+            segment_slack: 10,
         }
     }
 }
@@ -294,6 +342,9 @@ pub struct Outcome {
     pub bytes: u64,
     /// Bytes of the requests that hit.
     pub hit_bytes: u64,
+    /// Bytes a segment-granular arena copied: survivors of merges, and
+    /// window entries moved to the head.
+    pub copied_bytes: u64,
     /// Mean live entries over the requests after the first compaction
     /// (the steady state; the whole replay if nothing was evicted).
     pub mean_items: f64,
@@ -368,6 +419,22 @@ pub struct ArenaShard {
     age_requests: u64,
     age_hits: [u64; 2],
     age_sizes: [u64; 2],
+    /// The segment-granular arena (`seg_cap` 0: entry-granular): bytes
+    /// and entries per segment in use, oldest first (the last is the
+    /// head); segments in the free pool; the hand (a segment index); bytes
+    /// copied by merges and by moves to the head.
+    seg_cap: u64,
+    fill: bool,
+    cleaner: bool,
+    seg_count: usize,
+    seg_used: Vec<u64>,
+    seg_len: Vec<usize>,
+    seg_free: usize,
+    seg_hand: usize,
+    seg_copied: u64,
+    seg_moved: u64,
+    seg_pending: Vec<u64>,
+    seg_dead: Vec<u64>,
 }
 
 /// The 64-bit hash of a key id (splitmix64): what the engine's xxh3 gives.
@@ -428,7 +495,24 @@ impl ArenaShard {
             age_requests: 0,
             age_hits: [0; 2],
             age_sizes: [0; 2],
+            seg_cap: if cfg.segments > 0 { (cap_bytes / cfg.segments).max(1) } else { 0 },
+            fill: cfg.segment_fill,
+            cleaner: cfg.segment_cleaner && cfg.segments > 0,
+            seg_count: cfg.segments as usize,
+            seg_used: Vec::new(),
+            seg_len: Vec::new(),
+            seg_free: cfg.segments as usize,
+            seg_hand: 0,
+            seg_copied: 0,
+            seg_moved: 0,
+            seg_pending: Vec::new(),
+            seg_dead: Vec::new(),
         }
+    }
+
+    /// Bytes copied by the segment-granular arena's merges and moves.
+    pub fn copied_bytes(&self) -> u64 {
+        self.seg_copied + self.seg_moved
     }
 
     /// The window's share of the cache now (0 to 1).
@@ -595,10 +679,28 @@ impl ArenaShard {
     }
 
     fn insert(&mut self, key: u64, hash: u64, size: u64) {
-        if size > self.cap_bytes {
-            return; // larger than the whole arena: refused, as the engine does
+        if size > self.cap_bytes || (self.seg_cap > 0 && size > self.seg_cap) {
+            // Larger than the whole arena (or a segment): refused before
+            // anything is evicted for it, as the engine does.
+            return;
         }
-        if self.bytes + size > self.cap_bytes || self.items + 1 > self.max_items {
+        if self.cleaner {
+            // The policy keeps the live bytes two segments under the
+            // arena, one eviction at a time, so holes can gather where
+            // the cleaner reclaims them (see [`segments`]).
+            let slack = (2 * self.seg_cap).max(self.cap_bytes * self.cfg.segment_slack / 100);
+            let live_cap = self.cap_bytes.saturating_sub(slack).max(size);
+            self.after_bytes = live_cap - size;
+            self.after_items = self.max_items.saturating_sub(1);
+            while self.bytes + size > live_cap && self.items > 0 {
+                self.evict_one();
+            }
+        }
+        if self.seg_cap > 0 {
+            if !self.segment_room(size) {
+                return; // larger than a segment: refused
+            }
+        } else if self.bytes + size > self.cap_bytes || self.items + 1 > self.max_items {
             self.compact(size);
         }
         let small = if self.cfg.policy.uses_ghost() {
@@ -611,6 +713,9 @@ impl ArenaShard {
         self.arena.push(Ent { key, hash, size, freq: 0, small, evicted: false });
         self.bytes += size;
         self.items += 1;
+        if self.seg_cap > 0 {
+            self.segment_append(size);
+        }
         if small {
             self.small_bytes += size;
             self.small_items += 1;
@@ -657,6 +762,12 @@ impl ArenaShard {
     fn drop_entry(&mut self, i: usize, to_ghost: bool) {
         let e = &mut self.arena[i];
         e.evicted = true;
+        if self.cleaner {
+            // The hole stays in its segment; the key is gone now.
+            self.index.remove(&e.key);
+            self.mark_dead(i);
+        }
+        let e = &mut self.arena[i];
         self.bytes -= e.size;
         self.items -= 1;
         if e.small {
@@ -672,6 +783,14 @@ impl ArenaShard {
     /// Move a window entry to the newest end of the arena (CLOCK's
     /// reinsertion; in the engine, a copy into the head segment).
     fn reinsert(&mut self, i: usize) {
+        if self.cleaner {
+            // The copy goes to the head segment once the cleaner has made
+            // room there (the cleaner is running: this is an eviction).
+            let size = self.arena[i].size;
+            self.seg_moved += size;
+            self.seg_pending.push(size);
+            self.mark_dead(i);
+        }
         let mut e = self.arena[i];
         self.arena[i].evicted = true;
         e.freq = 0;
@@ -940,6 +1059,11 @@ impl ShardedModel {
         self.shards.iter().map(|s| s.compactions()).sum()
     }
 
+    /// Bytes copied by segment merges and moves over all shards.
+    pub fn copied_bytes(&self) -> u64 {
+        self.shards.iter().map(|s| s.copied_bytes()).sum()
+    }
+
     /// Bytes of the policies' bounded structures over all shards.
     pub fn policy_bytes(&self) -> usize {
         self.shards.iter().map(|s| s.policy_bytes()).sum()
@@ -968,6 +1092,7 @@ pub fn replay(cfg: Config, requests: impl IntoIterator<Item = (u64, u64)>) -> Ou
         }
     }
     out.compactions = cache.compactions();
+    out.copied_bytes = cache.copied_bytes();
     out.mean_items = if counted > 0 {
         items_sum as f64 / counted as f64
     } else if out.requests > 0 {
@@ -984,23 +1109,39 @@ pub fn replay(cfg: Config, requests: impl IntoIterator<Item = (u64, u64)>) -> Ou
 /// an LRU of `entries` must hold that many on average, not at its peak.
 /// Two rounds of proportional correction from `entries / (1 - f/2)`.
 pub fn limit_for_mean(cfg: Config, entries: u64, requests: &[(u64, u64)]) -> u64 {
-    let f = cfg.free_percent as f64 / 100.0;
+    let f =
+        if cfg.segments > 0 { 1.0 / cfg.segments as f64 } else { cfg.free_percent as f64 / 100.0 };
     let mut limit = ((entries as f64) / (1.0 - f / 2.0)).round().max(1.0) as u64;
-    for _ in 0..2 {
+    // The largest limit known to compact (the first guess is below any
+    // that would not: the mean is under the limit).
+    let mut low = limit;
+    let mut compacted = false;
+    for _ in 0..4 {
         let mut c = cfg;
         c.max_items = limit;
         c.capacity_bytes = limit.saturating_mul(cfg.capacity_bytes.max(1)) / cfg.max_items.max(1);
         let o = replay(c, requests.iter().copied());
-        if o.compactions == 0 || o.mean_items <= 0.0 {
-            break;
+        compacted = o.compactions > 0 && o.mean_items > 0.0;
+        if !compacted {
+            // Past the trace's footprint: nothing is evicted. Step back.
+            if limit == low {
+                break;
+            }
+            limit = (limit + low) / 2;
+            continue;
         }
+        low = limit;
         let next = ((limit as f64) * entries as f64 / o.mean_items).round().max(1.0) as u64;
         if next == limit {
             break;
         }
         limit = next;
     }
-    limit
+    if compacted {
+        limit
+    } else {
+        low
+    }
 }
 
 #[cfg(test)]
