@@ -495,7 +495,7 @@ impl ArenaShard {
             age_requests: 0,
             age_hits: [0; 2],
             age_sizes: [0; 2],
-            seg_cap: if cfg.segments > 0 { (cap_bytes / cfg.segments).max(1) } else { 0 },
+            seg_cap: cap_bytes.checked_div(cfg.segments).map_or(0, |c| c.max(1)),
             fill: cfg.segment_fill,
             cleaner: cfg.segment_cleaner && cfg.segments > 0,
             seg_count: cfg.segments as usize,

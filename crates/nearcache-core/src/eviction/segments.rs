@@ -165,7 +165,7 @@ impl ArenaShard {
         self.seg_free += k - kept;
         self.seg_used.splice(h..h + k, out_used);
         self.seg_len.splice(h..h + k, out_len);
-        self.seg_dead.splice(h..h + k, std::iter::repeat_n(0, kept));
+        self.seg_dead.splice(h..h + k, std::iter::repeat(0).take(kept));
         self.seg_hand = h + kept;
         // Drop the evicted and moved entries, keep the order.
         let before_hand =
@@ -266,7 +266,7 @@ impl ArenaShard {
                 let holes: u64 = self.seg_dead[h..h + k].iter().sum();
                 let live = used - holes;
                 let kept = live.div_ceil(self.seg_cap).max(1) as usize;
-                if kept < k && best.is_none_or(|(x, _, _)| holes > x) {
+                if kept < k && !matches!(best, Some((x, _, _)) if x >= holes) {
                     best = Some((holes, h, k));
                 }
             }
@@ -286,7 +286,7 @@ impl ArenaShard {
         self.seg_free += k - kept;
         self.seg_used.splice(h..h + k, out_used);
         self.seg_len.splice(h..h + k, out_len);
-        self.seg_dead.splice(h..h + k, std::iter::repeat_n(0, kept));
+        self.seg_dead.splice(h..h + k, std::iter::repeat(0).take(kept));
         let removed_before = |x: usize, arena: &[Ent]| {
             arena[a.min(x)..b.min(x)].iter().filter(|e| e.evicted).count()
         };
