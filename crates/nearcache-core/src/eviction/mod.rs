@@ -71,7 +71,7 @@
 //!
 //! The arena is entry-granular (a compaction frees `free_percent` and
 //! slides the survivors down) or, with `Config::segments`, made of fixed
-//! segments as the engine's shard is becoming ([`segments`]).
+//! segments as the engine's shard is becoming (`segments.rs`).
 
 pub mod ghost;
 mod segments;
@@ -286,14 +286,14 @@ pub struct Config {
     pub conservative: bool,
     /// A candidate must count more than the victim plus this to win.
     pub admit_margin: u8,
-    /// Segments per shard for the segment-granular arena ([`segments`]);
+    /// Segments per shard for the segment-granular arena (`segments.rs`);
     /// 0: the entry-granular arena, a compaction freeing `free_percent`.
     pub segments: u64,
     /// A merge takes in further segments while its survivors would fill
     /// less than half a segment.
     pub segment_fill: bool,
     /// On segments, the policy evicts with its own hands and a cleaner
-    /// merges the group with the most holes (see [`segments`]); otherwise
+    /// merges the group with the most holes (see `segments.rs`); otherwise
     /// the policy decides whole groups at one hand.
     pub segment_cleaner: bool,
     /// With the cleaner, percent of the arena kept free of live entries
@@ -687,7 +687,7 @@ impl ArenaShard {
         if self.cleaner {
             // The policy keeps the live bytes two segments under the
             // arena, one eviction at a time, so holes can gather where
-            // the cleaner reclaims them (see [`segments`]).
+            // the cleaner reclaims them (see `segments.rs`).
             let slack = (2 * self.seg_cap).max(self.cap_bytes * self.cfg.segment_slack / 100);
             let live_cap = self.cap_bytes.saturating_sub(slack).max(size);
             self.after_bytes = live_cap - size;

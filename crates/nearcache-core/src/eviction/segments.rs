@@ -11,7 +11,17 @@
 //! emptied go to the pool. The hand then moves past the group, skipping
 //! the head, and wraps to the oldest segment (SIEVE over segments).
 //!
-//! The policy sees whole groups rather than one victim at a time:
+//! Two ways of running a policy on it are modelled. With
+//! `Config::segment_cleaner` (the default of the W-TinyLFU family), the
+//! policy evicts one entry at a time with its own hands, exactly as on the
+//! entry-granular arena, keeping the live bytes at least two segments (and
+//! `Config::segment_slack` percent) under the arena; an evicted entry stays
+//! in its segment as a hole, a window entry moved to the newest end is a
+//! copy into the head segment, and room is made by merging the two or three
+//! adjacent segments (head included) that free one and hold the most hole
+//! bytes ([`ArenaShard::clean_for`]). Without it (SIEVE's default, the
+//! arena as first designed) the policy sees whole groups at one hand rather
+//! than one victim at a time:
 //!
 //! * `Sieve`: a visited entry survives (its bit cleared), an unvisited one
 //!   is evicted.
