@@ -317,7 +317,7 @@ impl Config {
             sketch_aging: 10,
             walk: policy.default_walk(),
             window_max_percent: 90,
-            ghost_percent: 100,
+            ghost_percent: 25,
             ghost_step: 4.0,
             ghost_age: 2.0,
             tie_break: policy == Policy::WTinyLfuTieBreak,

@@ -194,6 +194,7 @@ impl RefWTinyLfu {
 /// came back within twice the evicting queue's size in insertions.
 pub struct RefWTinyLfuGhost {
     cap: usize,
+    ghost_len: usize,
     counter_max: u8,
     win: VecDeque<(u64, u8)>,
     main: Vec<(u64, u8)>,
@@ -206,11 +207,13 @@ pub struct RefWTinyLfuGhost {
 }
 
 impl RefWTinyLfuGhost {
-    pub fn new(cap: usize, counter_max: u8) -> RefWTinyLfuGhost {
+    /// `ghost_len`: how many records each ghost keeps.
+    pub fn new(cap: usize, ghost_len: usize, counter_max: u8) -> RefWTinyLfuGhost {
         let mut sketch = Sketch::new(cap, 1.0);
         sketch.conservative = true;
         RefWTinyLfuGhost {
             cap,
+            ghost_len: ghost_len.max(1),
             counter_max,
             win: VecDeque::new(),
             main: Vec::new(),
@@ -239,7 +242,7 @@ impl RefWTinyLfuGhost {
     fn remember(&mut self, key: u64, window: bool) {
         let fp = (key_hash(key) >> 16) as u32;
         let g = if window { &mut self.window_ghost } else { &mut self.main_ghost };
-        if g.len() == self.cap {
+        if g.len() == self.ghost_len {
             g.pop_front();
         }
         g.push_back((fp, self.inserts));
