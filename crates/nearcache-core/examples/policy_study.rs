@@ -21,7 +21,7 @@
 //! per entry); `--aging`: the sketch halves every N x the entries
 //! additions (10 by default, as TinyLFU).
 
-use nearcache_core::eviction::{limit_for_mean, replay, Config, Policy};
+use nearcache_core::eviction::{limit_for_mean, replay, Config, Policy, Walk};
 use std::process::ExitCode;
 
 fn read_oracle_general(path: &str, sizes: bool) -> Result<Vec<(u64, u64)>, String> {
@@ -52,6 +52,19 @@ fn run() -> Result<(), String> {
     let mut window = None;
     let mut sketch = None;
     let mut aging = None;
+    let mut walk = None;
+    let mut wmax = None;
+    let mut ghost = None;
+    let mut step = None;
+    let mut ghost_age = None;
+    let mut tie_break = false;
+    let mut conservative = false;
+    let mut plain = false;
+    let mut segments = 0u64;
+    let mut no_fill = false;
+    let mut group = false;
+    let mut slack = None;
+    let mut margin = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -67,6 +80,66 @@ fn run() -> Result<(), String> {
                     .collect::<Result<_, _>>()?;
             }
             "--sizes" => sizes = true,
+            "--ghost-age" => {
+                let v = it.next().ok_or("--ghost-age needs a value")?;
+                let f: f64 = v.parse().map_err(|_| format!("bad --ghost-age {v}"))?;
+                if !(0.0..=100.0).contains(&f) {
+                    return Err(format!("--ghost-age {f}: 0 (off) to 100 x the queue"));
+                }
+                ghost_age = Some(f);
+            }
+            "--tiebreak" => tie_break = true,
+            "--conservative" => conservative = true,
+            "--plain-duel" => plain = true,
+            "--no-fill" => no_fill = true,
+            "--group" => group = true,
+            "--slack" => {
+                let v = it.next().ok_or("--slack needs a value")?;
+                let f: u64 = v.parse().map_err(|_| format!("bad --slack {v}"))?;
+                if f > 50 {
+                    return Err(format!("--slack {f}: 0 to 50 percent of the arena"));
+                }
+                slack = Some(f);
+            }
+            "--segments" => {
+                let v = it.next().ok_or("--segments needs a value")?;
+                segments = v.parse().map_err(|_| format!("bad --segments {v}"))?;
+                if !(4..=1024).contains(&segments) {
+                    return Err(format!("--segments {segments}: 4 to 1024 segments per shard"));
+                }
+            }
+            "--margin" => {
+                let v = it.next().ok_or("--margin needs a value")?;
+                margin = Some(v.parse::<u8>().map_err(|_| format!("bad --margin {v}"))?);
+            }
+            "--walk" => {
+                let v = it.next().ok_or("--walk needs a value")?;
+                walk = Some(Walk::from_name(v).ok_or(format!("--walk {v}: fifo, sieve or clock"))?);
+            }
+            "--wmax" => {
+                let v = it.next().ok_or("--wmax needs a value")?;
+                let w: u64 = v.parse().map_err(|_| format!("bad --wmax {v}"))?;
+                if !(1..=99).contains(&w) {
+                    return Err(format!("--wmax {w}: 1 to 99 percent"));
+                }
+                wmax = Some(w);
+            }
+            "--ghost" => {
+                let v = it.next().ok_or("--ghost needs a value")?;
+                let g: u64 = v.parse().map_err(|_| format!("bad --ghost {v}"))?;
+                if !(1..=400).contains(&g) {
+                    return Err(format!("--ghost {g}: 1 to 400 percent of the entries"));
+                }
+                ghost = Some(g);
+            }
+            "--step" => {
+                let v = it.next().ok_or("--step needs a value")?;
+                let f: f64 = v.parse().map_err(|_| format!("bad --step {v}"))?;
+                if !(0.01..=1000.0).contains(&f) {
+                    return Err(format!("--step {f}: 0.01 to 1000 entries"));
+                }
+                step = Some(f);
+            }
             "--sketch" => {
                 let v = it.next().ok_or("--sketch needs a value")?;
                 let f: f64 = v.parse().map_err(|_| format!("bad --sketch {v}"))?;
@@ -117,11 +190,26 @@ fn run() -> Result<(), String> {
         let mut base = Config::new(Policy::Sieve, target);
         base.shards = shards;
         base.free_percent = free;
-        let limit = if sizes { target } else { limit_for_mean(base, target, &requests) };
+        base.segments = segments;
+        let shared = if sizes { target } else { limit_for_mean(base, target, &requests) };
         for &policy in &policies {
             let mut cfg = Config::new(policy, target);
             cfg.shards = shards;
             cfg.free_percent = free;
+            cfg.segments = segments;
+            cfg.segment_fill = !no_fill;
+            if group {
+                cfg.segment_cleaner = false;
+            }
+            if let Some(f) = slack {
+                cfg.segment_slack = f;
+            }
+            if segments > 0 && !cfg.policy.segment_ready() {
+                return Err(format!(
+                    "--segments: {} is modelled on the entry-granular arena only",
+                    policy.name()
+                ));
+            }
             if let Some(w) = window {
                 cfg.window_percent = w;
             }
@@ -131,6 +219,40 @@ fn run() -> Result<(), String> {
             if let Some(f) = sketch {
                 cfg.sketch_counters_per_entry = f;
             }
+            if let Some(w) = walk {
+                cfg.walk = w;
+            }
+            if let Some(w) = wmax {
+                cfg.window_max_percent = w;
+            }
+            if let Some(g) = ghost {
+                cfg.ghost_percent = g;
+            }
+            if let Some(f) = step {
+                cfg.ghost_step = f;
+            }
+            if let Some(f) = ghost_age {
+                cfg.ghost_age = f;
+            }
+            cfg.tie_break |= tie_break;
+            cfg.conservative |= conservative;
+            if plain {
+                cfg.conservative = false;
+                cfg.admit_margin = 0;
+            }
+            if let Some(m) = margin {
+                cfg.admit_margin = m;
+            }
+            // On segments, what a merge frees depends on the policy's
+            // choices: each policy's limit is found for its own mean.
+            let limit = if segments > 0 && !sizes {
+                let mut c = cfg;
+                c.capacity_bytes = target;
+                c.max_items = target;
+                limit_for_mean(c, target, &requests)
+            } else {
+                shared
+            };
             if sizes {
                 // A byte budget: the item limit does not bind.
                 cfg.max_items = u64::MAX / 4;
@@ -142,7 +264,7 @@ fn run() -> Result<(), String> {
             println!(
                 "{{\"policy\":\"{}\",\"free\":{},\"target\":{},\"limit\":{},\"mean_items\":{:.1},\
                  \"requests\":{},\"hits\":{},\"hit_ratio\":{:.6},\"byte_hit_ratio\":{:.6},\
-                 \"compactions\":{}}}",
+                 \"compactions\":{},\"segments\":{},\"copied_per_request\":{:.3}}}",
                 policy.name(),
                 free,
                 target,
@@ -153,6 +275,8 @@ fn run() -> Result<(), String> {
                 o.hit_ratio(),
                 if o.bytes > 0 { o.hit_bytes as f64 / o.bytes as f64 } else { 0.0 },
                 o.compactions,
+                segments,
+                o.copied_bytes as f64 / o.requests.max(1) as f64,
             );
         }
     }

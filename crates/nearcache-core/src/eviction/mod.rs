@@ -48,8 +48,33 @@
 //! * `WTinyLfuExact`: the same with every hit counted in the sketch (a
 //!   shared write per hit, which the engine cannot afford): the ceiling of
 //!   what the counter-based feed loses.
+//! * `WTinyLfuAdaptive`, `WTinyLfuRecency`, `WTinyLfuTieBreak`: the window
+//!   sized by Caffeine's hill climber; a candidate hit in the window
+//!   promoted without a duel; a candidate hit in the window winning ties.
+//! * `WTinyLfuAging`: the sketch halves sooner (down to every 1 x the
+//!   entries additions) while the window's entries are hit more per entry
+//!   than the main's, later (up to `sketch_aging`) otherwise.
+//! * `WTinyLfuMargin`: a conservative-update sketch and a duel the
+//!   candidate must win by more than one count: on a loop, count-min noise
+//!   otherwise lets a quarter of the candidates win and turns the main over.
+//! * `WTinyLfuGhost` (the chosen one): the margin duel, a window walked like
+//!   CLOCK (a hit window entry is moved to the newest end, so a large window
+//!   follows LRU), and a window share of 1-90% that follows two ghosts of
+//!   fingerprints as ARC's target does: a key the window evicted (lost its
+//!   duel) that misses again within twice the window's size in insertions
+//!   grows the window by 4 entries (times ARC's ghost-length ratio); a key
+//!   the main evicted that returns within twice the main's size shrinks
+//!   it. The age limit is what keeps loops: a loop key comes back after a
+//!   whole cycle, later than twice a small window. `WTinyLfuGhostAging`
+//!   adds the adaptive aging.
+//! * `S3FifoFullGhost`: S3-FIFO whose ghost is as long as the cache.
+//!
+//! The arena is entry-granular (a compaction frees `free_percent` and
+//! slides the survivors down) or, with `Config::segments`, made of fixed
+//! segments as the engine's shard is becoming (`segments.rs`).
 
 pub mod ghost;
+mod segments;
 pub mod sketch;
 
 use ghost::Ghost;
@@ -75,11 +100,26 @@ pub enum Policy {
     /// without a duel (S3-FIFO's rule for its small queue); only the
     /// candidates never hit meet the sketch.
     WTinyLfuRecency,
+    /// S3-FIFO whose ghost remembers as many keys as the cache holds.
+    S3FifoFullGhost,
+    /// Window TinyLFU where a candidate hit while in the window wins a tie.
+    WTinyLfuTieBreak,
+    /// Window TinyLFU whose sketch ages faster while the window's entries
+    /// are hit more often than the main's.
+    WTinyLfuAging,
+    /// Window TinyLFU whose window (walked like CLOCK, 1% to most of the
+    /// cache) follows ghost hits as ARC's target does.
+    WTinyLfuGhost,
+    /// `WTinyLfuGhost` with the adaptive aging of `WTinyLfuAging`.
+    WTinyLfuGhostAging,
+    /// Window TinyLFU with a conservative-update sketch and a duel the
+    /// candidate must win by more than one count.
+    WTinyLfuMargin,
 }
 
 impl Policy {
     /// Every policy, in report order.
-    pub const ALL: [Policy; 7] = [
+    pub const ALL: [Policy; 13] = [
         Policy::Sieve,
         Policy::S3Fifo,
         Policy::S3FifoOneHand,
@@ -87,6 +127,12 @@ impl Policy {
         Policy::WTinyLfuExact,
         Policy::WTinyLfuAdaptive,
         Policy::WTinyLfuRecency,
+        Policy::S3FifoFullGhost,
+        Policy::WTinyLfuTieBreak,
+        Policy::WTinyLfuAging,
+        Policy::WTinyLfuGhost,
+        Policy::WTinyLfuGhostAging,
+        Policy::WTinyLfuMargin,
     ];
 
     /// The policy's name in tables and on the command line.
@@ -99,6 +145,12 @@ impl Policy {
             Policy::WTinyLfuExact => "wtinylfu-exact-feed",
             Policy::WTinyLfuAdaptive => "wtinylfu-adaptive",
             Policy::WTinyLfuRecency => "wtinylfu-recency",
+            Policy::S3FifoFullGhost => "s3fifo-full-ghost",
+            Policy::WTinyLfuTieBreak => "wtinylfu-tiebreak",
+            Policy::WTinyLfuAging => "wtinylfu-aging",
+            Policy::WTinyLfuGhost => "wtinylfu-ghost",
+            Policy::WTinyLfuGhostAging => "wtinylfu-ghost-aging",
+            Policy::WTinyLfuMargin => "wtinylfu-margin",
         }
     }
 
@@ -108,22 +160,87 @@ impl Policy {
     }
 
     fn uses_ghost(self) -> bool {
-        matches!(self, Policy::S3Fifo | Policy::S3FifoOneHand)
+        matches!(self, Policy::S3Fifo | Policy::S3FifoOneHand | Policy::S3FifoFullGhost)
     }
 
     fn uses_sketch(self) -> bool {
+        self.is_wtinylfu()
+    }
+
+    fn is_wtinylfu(self) -> bool {
         matches!(
             self,
             Policy::WTinyLfu
                 | Policy::WTinyLfuExact
                 | Policy::WTinyLfuAdaptive
                 | Policy::WTinyLfuRecency
+                | Policy::WTinyLfuTieBreak
+                | Policy::WTinyLfuAging
+                | Policy::WTinyLfuGhost
+                | Policy::WTinyLfuGhostAging
+                | Policy::WTinyLfuMargin
         )
+    }
+
+    /// Whether the segment-granular arena models this policy (SIEVE and
+    /// the W-TinyLFU family; the S3-FIFO variants are entry-granular only).
+    pub fn segment_ready(self) -> bool {
+        self == Policy::Sieve || self.is_wtinylfu()
+    }
+
+    /// Whether the duel is the strict one (conservative sketch, margin 1).
+    fn strict_duel(self) -> bool {
+        matches!(self, Policy::WTinyLfuMargin | Policy::WTinyLfuGhost | Policy::WTinyLfuGhostAging)
     }
 
     /// Whether the hit counters are the sketch's only feed of hits.
     fn counter_feed(self) -> bool {
-        matches!(self, Policy::WTinyLfu | Policy::WTinyLfuAdaptive | Policy::WTinyLfuRecency)
+        self.is_wtinylfu() && self != Policy::WTinyLfuExact
+    }
+
+    /// Whether the window follows the window and main ghosts.
+    fn ghost_window(self) -> bool {
+        matches!(self, Policy::WTinyLfuGhost | Policy::WTinyLfuGhostAging)
+    }
+
+    /// Whether the sketch's aging follows the window's and main's hits.
+    fn adaptive_aging(self) -> bool {
+        matches!(self, Policy::WTinyLfuAging | Policy::WTinyLfuGhostAging)
+    }
+
+    /// How the window's candidates are chosen by default.
+    fn default_walk(self) -> Walk {
+        match self {
+            Policy::WTinyLfuAdaptive => Walk::Sieve,
+            Policy::WTinyLfuGhost | Policy::WTinyLfuGhostAging => Walk::Clock,
+            _ => Walk::Fifo,
+        }
+    }
+}
+
+/// How the window hand picks its candidate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Walk {
+    /// The window's oldest entry, hit or not.
+    Fifo,
+    /// The oldest entry not hit since the hand last passed; a hit one is
+    /// skipped in place (its counter goes to the sketch).
+    Sieve,
+    /// The oldest entry not hit since it was (re)inserted; a hit one is
+    /// moved to the newest end of the window (its counter goes to the
+    /// sketch): FIFO with reinsertion, CLOCK, which follows LRU closely.
+    Clock,
+}
+
+impl Walk {
+    /// The walk called `name` (`fifo`, `sieve`, `clock`).
+    pub fn from_name(name: &str) -> Option<Walk> {
+        match name {
+            "fifo" => Some(Walk::Fifo),
+            "sieve" => Some(Walk::Sieve),
+            "clock" => Some(Walk::Clock),
+            _ => None,
+        }
     }
 }
 
@@ -150,6 +267,38 @@ pub struct Config {
     pub sketch_counters_per_entry: f64,
     /// The sketch halves its counters every `sketch_aging` x entries additions.
     pub sketch_aging: u64,
+    /// How the window hand picks its candidate.
+    pub walk: Walk,
+    /// The ghost-adaptive window's largest share, percent of the cache.
+    pub window_max_percent: u64,
+    /// Each ghost's length, percent of the entry limit.
+    pub ghost_percent: u64,
+    /// The ghost-adaptive window's step per ghost hit, in entries (times
+    /// ARC's ratio of the other ghost's length to this one's).
+    pub ghost_step: f64,
+    /// Count a ghost hit only if the key came back within this many times
+    /// the evicting queue's size in insertions (a queue that much larger
+    /// would have kept it); 0: every ghost hit counts, as in ARC.
+    pub ghost_age: f64,
+    /// A candidate hit while in the window wins a tie in the duel.
+    pub tie_break: bool,
+    /// The sketch's conservative update (see [`Sketch::conservative`]).
+    pub conservative: bool,
+    /// A candidate must count more than the victim plus this to win.
+    pub admit_margin: u8,
+    /// Segments per shard for the segment-granular arena (`segments.rs`);
+    /// 0: the entry-granular arena, a compaction freeing `free_percent`.
+    pub segments: u64,
+    /// A merge takes in further segments while its survivors would fill
+    /// less than half a segment.
+    pub segment_fill: bool,
+    /// On segments, the policy evicts with its own hands and a cleaner
+    /// merges the group with the most holes (see `segments.rs`); otherwise
+    /// the policy decides whole groups at one hand.
+    pub segment_cleaner: bool,
+    /// With the cleaner, percent of the arena kept free of live entries
+    /// (at least two segments) so that holes gather into whole segments.
+    pub segment_slack: u64,
 }
 
 impl Config {
@@ -166,6 +315,18 @@ impl Config {
             window_percent: 1,
             sketch_counters_per_entry: 1.0,
             sketch_aging: 10,
+            walk: policy.default_walk(),
+            window_max_percent: 90,
+            ghost_percent: 25,
+            ghost_step: 4.0,
+            ghost_age: 2.0,
+            tie_break: policy == Policy::WTinyLfuTieBreak,
+            conservative: policy.strict_duel(),
+            admit_margin: policy.strict_duel() as u8,
+            segments: 0,
+            segment_fill: true,
+            segment_cleaner: policy != Policy::Sieve,
+            segment_slack: 10,
         }
     }
 }
@@ -181,6 +342,9 @@ pub struct Outcome {
     pub bytes: u64,
     /// Bytes of the requests that hit.
     pub hit_bytes: u64,
+    /// Bytes a segment-granular arena copied: survivors of merges, and
+    /// window entries moved to the head.
+    pub copied_bytes: u64,
     /// Mean live entries over the requests after the first compaction
     /// (the steady state; the whole replay if nothing was evicted).
     pub mean_items: f64,
@@ -241,6 +405,36 @@ pub struct ArenaShard {
     climb_hits: u64,
     climb_prev: f64,
     climb_step: i64,
+    /// The ghost-adaptive window: its target in entries, the ghosts of
+    /// window candidates that lost their duel and of main victims, and the
+    /// shard's insertions so far (the ghosts' clock).
+    win_target: f64,
+    window_ghost: Ghost,
+    main_ghost: Ghost,
+    inserts: u64,
+    /// Adaptive aging: the current multiple, and the sample under way
+    /// (requests; hits on window and on main entries; sums of the window's
+    /// and the main's entry counts).
+    aging: u64,
+    age_requests: u64,
+    age_hits: [u64; 2],
+    age_sizes: [u64; 2],
+    /// The segment-granular arena (`seg_cap` 0: entry-granular): bytes
+    /// and entries per segment in use, oldest first (the last is the
+    /// head); segments in the free pool; the hand (a segment index); bytes
+    /// copied by merges and by moves to the head.
+    seg_cap: u64,
+    fill: bool,
+    cleaner: bool,
+    seg_count: usize,
+    seg_used: Vec<u64>,
+    seg_len: Vec<usize>,
+    seg_free: usize,
+    seg_hand: usize,
+    seg_copied: u64,
+    seg_moved: u64,
+    seg_pending: Vec<u64>,
+    seg_dead: Vec<u64>,
 }
 
 /// The 64-bit hash of a key id (splitmix64): what the engine's xxh3 gives.
@@ -260,7 +454,17 @@ impl ArenaShard {
         } else {
             1
         };
+        let ghost_len =
+            if cfg.policy == Policy::S3FifoFullGhost { max_items as usize } else { ghost_len };
         let sketch_entries = if cfg.policy.uses_sketch() { max_items as usize } else { 1 };
+        let adaptive_len = if cfg.policy.ghost_window() {
+            (max_items * cfg.ghost_percent / 100).max(1) as usize
+        } else {
+            1
+        };
+        let mut sketch =
+            Sketch::with_aging(sketch_entries, cfg.sketch_counters_per_entry, cfg.sketch_aging);
+        sketch.conservative = cfg.conservative;
         ArenaShard {
             cfg,
             cap_bytes: cap_bytes.max(1),
@@ -274,11 +478,7 @@ impl ArenaShard {
             hand: 0,
             small_hand: 0,
             ghost: Ghost::new(ghost_len),
-            sketch: Sketch::with_aging(
-                sketch_entries,
-                cfg.sketch_counters_per_entry,
-                cfg.sketch_aging,
-            ),
+            sketch,
             compactions: 0,
             after_bytes: 0,
             after_items: 0,
@@ -287,6 +487,40 @@ impl ArenaShard {
             climb_hits: 0,
             climb_prev: -1.0,
             climb_step: 625,
+            win_target: max_items as f64 * cfg.window_percent as f64 / 100.0,
+            window_ghost: Ghost::new(adaptive_len),
+            main_ghost: Ghost::new(adaptive_len),
+            inserts: 0,
+            aging: cfg.sketch_aging,
+            age_requests: 0,
+            age_hits: [0; 2],
+            age_sizes: [0; 2],
+            seg_cap: cap_bytes.checked_div(cfg.segments).map_or(0, |c| c.max(1)),
+            fill: cfg.segment_fill,
+            cleaner: cfg.segment_cleaner && cfg.segments > 0,
+            seg_count: cfg.segments as usize,
+            seg_used: Vec::new(),
+            seg_len: Vec::new(),
+            seg_free: cfg.segments as usize,
+            seg_hand: 0,
+            seg_copied: 0,
+            seg_moved: 0,
+            seg_pending: Vec::new(),
+            seg_dead: Vec::new(),
+        }
+    }
+
+    /// Bytes copied by the segment-granular arena's merges and moves.
+    pub fn copied_bytes(&self) -> u64 {
+        self.seg_copied + self.seg_moved
+    }
+
+    /// The window's share of the cache now (0 to 1).
+    fn window_share(&self) -> f64 {
+        if self.cfg.policy.ghost_window() {
+            self.win_target / self.max_items as f64
+        } else {
+            self.window_bp as f64 / 10_000.0
         }
     }
 
@@ -314,6 +548,11 @@ impl ArenaShard {
     pub fn policy_bytes(&self) -> usize {
         (if self.cfg.policy.uses_ghost() { self.ghost.bytes() } else { 0 })
             + (if self.cfg.policy.uses_sketch() { self.sketch.bytes() } else { 0 })
+            + (if self.cfg.policy.ghost_window() {
+                self.window_ghost.bytes() + self.main_ghost.bytes()
+            } else {
+                0
+            })
     }
 
     /// A cache-aside request: a get, and a set of `size` bytes on a miss.
@@ -323,7 +562,64 @@ impl ArenaShard {
         if self.cfg.policy == Policy::WTinyLfuAdaptive {
             self.climb(hit);
         }
+        if self.cfg.policy.adaptive_aging() {
+            self.age_sample();
+        }
         hit
+    }
+
+    /// Adaptive aging, per shard: over each sample of as many requests as
+    /// the entry limit, compare the hits per entry of the window with the
+    /// main's; while the window's are higher (new keys are being reused:
+    /// the working set moves), the sketch halves one step sooner (down to
+    /// every 1 x the entries additions), otherwise one step later (up to
+    /// `sketch_aging`). The counts are what the engine can keep: a hit
+    /// sees the slot's window bit, the sizes are the shard's counters.
+    fn age_sample(&mut self) {
+        self.age_requests += 1;
+        self.age_sizes[0] += self.small_items;
+        self.age_sizes[1] += self.items - self.small_items;
+        if self.age_requests < self.max_items {
+            return;
+        }
+        let rate = |h: u64, s: u64| if s == 0 { 0.0 } else { h as f64 / s as f64 };
+        let window = rate(self.age_hits[0], self.age_sizes[0]);
+        let main = rate(self.age_hits[1], self.age_sizes[1]);
+        let next = if window > main {
+            self.aging.saturating_sub(1).max(1)
+        } else {
+            (self.aging + 1).min(self.cfg.sketch_aging)
+        };
+        if next != self.aging {
+            self.aging = next;
+            self.sketch.set_aging(self.max_items as usize, next);
+        }
+        self.age_requests = 0;
+        self.age_hits = [0; 2];
+        self.age_sizes = [0; 2];
+    }
+
+    /// ARC's adaptation of the window target on a miss: a key the window
+    /// evicted (lost its duel) coming back means the window was too small,
+    /// a key the main evicted coming back means the main was; the target
+    /// moves by the step times the ratio of the other ghost's length.
+    fn follow_ghosts(&mut self, hash: u64) {
+        let fp = Ghost::fingerprint(hash);
+        let c = self.max_items as f64;
+        let lo = c / 100.0;
+        let hi = c * self.cfg.window_max_percent as f64 / 100.0;
+        let step = self.cfg.ghost_step;
+        let (w, m) = (self.window_ghost.len().max(1) as f64, self.main_ghost.len().max(1) as f64);
+        let k = self.cfg.ghost_age;
+        if let Some(age) = self.window_ghost.age(fp, self.inserts) {
+            if k == 0.0 || (age as f64) <= k * self.win_target {
+                self.win_target = (self.win_target + step * (m / w).max(1.0)).min(hi);
+            }
+        } else if let Some(age) = self.main_ghost.age(fp, self.inserts) {
+            if k == 0.0 || (age as f64) <= k * (c - self.win_target) {
+                self.win_target = (self.win_target - step * (w / m).max(1.0)).max(lo);
+            }
+        }
     }
 
     /// Caffeine's hill climber, per shard and under the lock: every sample
@@ -366,6 +662,7 @@ impl ArenaShard {
             if e.freq < max {
                 e.freq += 1;
             }
+            self.age_hits[if e.small { 0 } else { 1 }] += 1;
             if self.cfg.policy == Policy::WTinyLfuExact {
                 self.sketch.add(hash, 1);
             }
@@ -374,31 +671,51 @@ impl ArenaShard {
         if self.cfg.policy.uses_sketch() {
             self.sketch.add(hash, 1);
         }
+        if self.cfg.policy.ghost_window() {
+            self.follow_ghosts(hash);
+        }
         self.insert(key, hash, size);
         false
     }
 
     fn insert(&mut self, key: u64, hash: u64, size: u64) {
-        if size > self.cap_bytes {
-            return; // larger than the whole arena: refused, as the engine does
+        if size > self.cap_bytes || (self.seg_cap > 0 && size > self.seg_cap) {
+            // Larger than the whole arena (or a segment): refused before
+            // anything is evicted for it, as the engine does.
+            return;
         }
-        if self.bytes + size > self.cap_bytes || self.items + 1 > self.max_items {
+        if self.cleaner {
+            // The policy keeps the live bytes two segments under the
+            // arena, one eviction at a time, so holes can gather where
+            // the cleaner reclaims them (see `segments.rs`).
+            let slack = (2 * self.seg_cap).max(self.cap_bytes * self.cfg.segment_slack / 100);
+            let live_cap = self.cap_bytes.saturating_sub(slack).max(size);
+            self.after_bytes = live_cap - size;
+            self.after_items = self.max_items.saturating_sub(1);
+            while self.bytes + size > live_cap && self.items > 0 {
+                self.evict_one();
+            }
+        }
+        if self.seg_cap > 0 {
+            if !self.segment_room(size) {
+                return; // larger than a segment: refused
+            }
+        } else if self.bytes + size > self.cap_bytes || self.items + 1 > self.max_items {
             self.compact(size);
         }
-        let small = match self.cfg.policy {
-            Policy::Sieve => false,
-            Policy::S3Fifo | Policy::S3FifoOneHand => {
-                !self.ghost.contains(Ghost::fingerprint(hash))
-            }
-            Policy::WTinyLfu
-            | Policy::WTinyLfuExact
-            | Policy::WTinyLfuAdaptive
-            | Policy::WTinyLfuRecency => true,
+        let small = if self.cfg.policy.uses_ghost() {
+            !self.ghost.contains(Ghost::fingerprint(hash))
+        } else {
+            self.cfg.policy.is_wtinylfu()
         };
+        self.inserts += 1;
         self.index.insert(key, self.arena.len());
         self.arena.push(Ent { key, hash, size, freq: 0, small, evicted: false });
         self.bytes += size;
         self.items += 1;
+        if self.seg_cap > 0 {
+            self.segment_append(size);
+        }
         if small {
             self.small_bytes += size;
             self.small_items += 1;
@@ -445,6 +762,12 @@ impl ArenaShard {
     fn drop_entry(&mut self, i: usize, to_ghost: bool) {
         let e = &mut self.arena[i];
         e.evicted = true;
+        if self.cleaner {
+            // The hole stays in its segment; the key is gone now.
+            self.index.remove(&e.key);
+            self.mark_dead(i);
+        }
+        let e = &mut self.arena[i];
         self.bytes -= e.size;
         self.items -= 1;
         if e.small {
@@ -455,6 +778,34 @@ impl ArenaShard {
             let fp = Ghost::fingerprint(e.hash);
             self.ghost.push(fp);
         }
+    }
+
+    /// Move a window entry to the newest end of the arena (CLOCK's
+    /// reinsertion; in the engine, a copy into the head segment).
+    fn reinsert(&mut self, i: usize) {
+        if self.cleaner {
+            // The copy goes to the head segment once the cleaner has made
+            // room there (the cleaner is running: this is an eviction).
+            let size = self.arena[i].size;
+            self.seg_moved += size;
+            self.seg_pending.push(size);
+            self.mark_dead(i);
+        }
+        let mut e = self.arena[i];
+        self.arena[i].evicted = true;
+        e.freq = 0;
+        self.index.insert(e.key, self.arena.len());
+        self.arena.push(e);
+    }
+
+    /// Remember an evicted entry in the window or the main ghost.
+    fn remember(&mut self, i: usize, window: bool) {
+        if !self.cfg.policy.ghost_window() {
+            return;
+        }
+        let fp = Ghost::fingerprint(self.arena[i].hash);
+        let g = if window { &mut self.window_ghost } else { &mut self.main_ghost };
+        g.push_at(fp, self.inserts);
     }
 
     fn promote(&mut self, i: usize) {
@@ -530,15 +881,16 @@ impl ArenaShard {
             let c = self.next_from(self.small_hand, Some(true))?;
             self.small_hand = c + 1;
             let e = self.arena[c];
-            if self.cfg.policy != Policy::WTinyLfuAdaptive
-                || e.freq == 0
-                || passes > self.small_items
-            {
+            if self.cfg.walk == Walk::Fifo || e.freq == 0 || passes > self.small_items {
                 return Some(c);
             }
             passes += 1;
-            self.arena[c].freq = 0;
             self.sketch.add(e.hash, e.freq);
+            if self.cfg.walk == Walk::Clock {
+                self.reinsert(c);
+            } else {
+                self.arena[c].freq = 0;
+            }
         }
     }
 
@@ -576,7 +928,7 @@ impl ArenaShard {
                     i = j + 1;
                 }
             }
-            Policy::S3Fifo => {
+            Policy::S3Fifo | Policy::S3FifoFullGhost => {
                 let small_target = self.cap_bytes * self.cfg.small_percent / 100;
                 if self.small_items > 0
                     && (self.small_bytes > small_target || self.small_items == self.items)
@@ -604,13 +956,10 @@ impl ArenaShard {
                     self.small_hand = j + 1;
                 }
             }
-            Policy::WTinyLfu
-            | Policy::WTinyLfuExact
-            | Policy::WTinyLfuAdaptive
-            | Policy::WTinyLfuRecency => {
-                let bp = self.window_bp as u64;
-                let window = self.cap_bytes * bp / 10_000;
-                let window_items = self.after_items * bp / 10_000;
+            _ => {
+                let share = self.window_share();
+                let window = (self.cap_bytes as f64 * share) as u64;
+                let window_items = (self.after_items as f64 * share) as u64;
                 let main_items = self.items - self.small_items;
                 let main_bytes = self.bytes - self.small_bytes;
                 if self.small_items > 0 && (self.small_bytes > window || main_items == 0) {
@@ -626,6 +975,7 @@ impl ArenaShard {
                         return;
                     }
                     let Some(v) = self.main_victim(Some(false), false) else {
+                        self.remember(c, true);
                         self.drop_entry(c, false);
                         return;
                     };
@@ -635,19 +985,26 @@ impl ArenaShard {
                     if self.cfg.policy.counter_feed() {
                         self.sketch.add(cand.hash, cand.freq);
                     }
-                    let hit_in_window = self.cfg.policy == Policy::WTinyLfuRecency && cand.freq > 0;
-                    if fc > fv || hit_in_window {
+                    let hit_in_window = cand.freq > 0;
+                    let wins = fc > fv.saturating_add(self.cfg.admit_margin)
+                        || (self.cfg.policy == Policy::WTinyLfuRecency && hit_in_window)
+                        || (self.cfg.tie_break && fc == fv && hit_in_window);
+                    if wins {
+                        self.remember(v, false);
                         self.drop_entry(v, false);
                         self.hand = v + 1;
                         self.arena[c].freq = 0;
                         self.promote(c);
                     } else {
+                        self.remember(c, true);
                         self.drop_entry(c, false);
                     }
                 } else if let Some(v) = self.main_victim(Some(false), false) {
+                    self.remember(v, false);
                     self.drop_entry(v, false);
                     self.hand = v + 1;
                 } else if let Some(c) = self.next_from(self.small_hand, Some(true)) {
+                    self.remember(c, true);
                     self.drop_entry(c, false);
                     self.small_hand = c + 1;
                 }
@@ -702,6 +1059,11 @@ impl ShardedModel {
         self.shards.iter().map(|s| s.compactions()).sum()
     }
 
+    /// Bytes copied by segment merges and moves over all shards.
+    pub fn copied_bytes(&self) -> u64 {
+        self.shards.iter().map(|s| s.copied_bytes()).sum()
+    }
+
     /// Bytes of the policies' bounded structures over all shards.
     pub fn policy_bytes(&self) -> usize {
         self.shards.iter().map(|s| s.policy_bytes()).sum()
@@ -730,6 +1092,7 @@ pub fn replay(cfg: Config, requests: impl IntoIterator<Item = (u64, u64)>) -> Ou
         }
     }
     out.compactions = cache.compactions();
+    out.copied_bytes = cache.copied_bytes();
     out.mean_items = if counted > 0 {
         items_sum as f64 / counted as f64
     } else if out.requests > 0 {
@@ -746,23 +1109,39 @@ pub fn replay(cfg: Config, requests: impl IntoIterator<Item = (u64, u64)>) -> Ou
 /// an LRU of `entries` must hold that many on average, not at its peak.
 /// Two rounds of proportional correction from `entries / (1 - f/2)`.
 pub fn limit_for_mean(cfg: Config, entries: u64, requests: &[(u64, u64)]) -> u64 {
-    let f = cfg.free_percent as f64 / 100.0;
+    let f =
+        if cfg.segments > 0 { 1.0 / cfg.segments as f64 } else { cfg.free_percent as f64 / 100.0 };
     let mut limit = ((entries as f64) / (1.0 - f / 2.0)).round().max(1.0) as u64;
-    for _ in 0..2 {
+    // The largest limit known to compact (the first guess is below any
+    // that would not: the mean is under the limit).
+    let mut low = limit;
+    let mut compacted = false;
+    for _ in 0..4 {
         let mut c = cfg;
         c.max_items = limit;
         c.capacity_bytes = limit.saturating_mul(cfg.capacity_bytes.max(1)) / cfg.max_items.max(1);
         let o = replay(c, requests.iter().copied());
-        if o.compactions == 0 || o.mean_items <= 0.0 {
-            break;
+        compacted = o.compactions > 0 && o.mean_items > 0.0;
+        if !compacted {
+            // Past the trace's footprint: nothing is evicted. Step back.
+            if limit == low {
+                break;
+            }
+            limit = (limit + low) / 2;
+            continue;
         }
+        low = limit;
         let next = ((limit as f64) * entries as f64 / o.mean_items).round().max(1.0) as u64;
         if next == limit {
             break;
         }
         limit = next;
     }
-    limit
+    if compacted {
+        limit
+    } else {
+        low
+    }
 }
 
 #[cfg(test)]

@@ -184,3 +184,167 @@ impl RefWTinyLfu {
         }
     }
 }
+
+/// The ghost-adaptive Window TinyLFU (`Policy::WTinyLfuGhost`) written
+/// with lists: a window deque walked like CLOCK (a hit entry goes to the
+/// back, its counter to the sketch), a SIEVE main, a conservative-update
+/// sketch fed by misses and cleared counters, a duel the candidate wins by
+/// more than one count, and two ghost deques of (fingerprint, insertion
+/// stamp) whose hits move the window's target as ARC's does, when the key
+/// came back within twice the evicting queue's size in insertions.
+pub struct RefWTinyLfuGhost {
+    cap: usize,
+    ghost_len: usize,
+    counter_max: u8,
+    win: VecDeque<(u64, u8)>,
+    main: Vec<(u64, u8)>,
+    hand: usize,
+    sketch: Sketch,
+    target: f64,
+    window_ghost: VecDeque<(u32, u64)>,
+    main_ghost: VecDeque<(u32, u64)>,
+    inserts: u64,
+}
+
+impl RefWTinyLfuGhost {
+    /// `ghost_len`: how many records each ghost keeps.
+    pub fn new(cap: usize, ghost_len: usize, counter_max: u8) -> RefWTinyLfuGhost {
+        let mut sketch = Sketch::new(cap, 1.0);
+        sketch.conservative = true;
+        RefWTinyLfuGhost {
+            cap,
+            ghost_len: ghost_len.max(1),
+            counter_max,
+            win: VecDeque::new(),
+            main: Vec::new(),
+            hand: 0,
+            sketch,
+            target: cap as f64 / 100.0,
+            window_ghost: VecDeque::new(),
+            main_ghost: VecDeque::new(),
+            inserts: 0,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.win.len() + self.main.len()
+    }
+
+    /// The window's target share of the cache.
+    pub fn share(&self) -> f64 {
+        self.target / self.cap as f64
+    }
+
+    fn age(ghost: &VecDeque<(u32, u64)>, fp: u32, now: u64) -> Option<u64> {
+        ghost.iter().rev().find(|g| g.0 == fp).map(|g| now - g.1)
+    }
+
+    fn remember(&mut self, key: u64, window: bool) {
+        let fp = (key_hash(key) >> 16) as u32;
+        let g = if window { &mut self.window_ghost } else { &mut self.main_ghost };
+        if g.len() == self.ghost_len {
+            g.pop_front();
+        }
+        g.push_back((fp, self.inserts));
+    }
+
+    pub fn access(&mut self, key: u64) -> bool {
+        let max = self.counter_max;
+        if let Some(e) = self.win.iter_mut().chain(self.main.iter_mut()).find(|e| e.0 == key) {
+            e.1 = (e.1 + 1).min(max);
+            return true;
+        }
+        let h = key_hash(key);
+        self.sketch.add(h, 1);
+        let fp = (h >> 16) as u32;
+        let c = self.cap as f64;
+        let (w, m) = (self.window_ghost.len().max(1) as f64, self.main_ghost.len().max(1) as f64);
+        if let Some(age) = Self::age(&self.window_ghost, fp, self.inserts) {
+            if age as f64 <= 2.0 * self.target {
+                self.target = (self.target + 4.0 * (m / w).max(1.0)).min(c * 90.0 / 100.0);
+            }
+        } else if let Some(age) = Self::age(&self.main_ghost, fp, self.inserts) {
+            if age as f64 <= 2.0 * (c - self.target) {
+                self.target = (self.target - 4.0 * (w / m).max(1.0)).max(c / 100.0);
+            }
+        }
+        while self.len() >= self.cap {
+            self.evict();
+        }
+        self.inserts += 1;
+        self.win.push_back((key, 0));
+        false
+    }
+
+    /// The main's next victim: SIEVE, counters drained into the sketch.
+    fn victim(&mut self) -> usize {
+        loop {
+            if self.hand >= self.main.len() {
+                self.hand = 0;
+            }
+            let (k, f) = self.main[self.hand];
+            if f == 0 {
+                return self.hand;
+            }
+            self.main[self.hand].1 = 0;
+            self.sketch.add(key_hash(k), f);
+            self.hand += 1;
+        }
+    }
+
+    /// The window's candidate: CLOCK over the window deque.
+    fn candidate(&mut self) -> (u64, u8) {
+        let mut passes = 0;
+        loop {
+            let (k, f) = self.win.pop_front().expect("non-empty window");
+            // (the model counts the candidate itself among the window's entries)
+            if f == 0 || passes > self.win.len() + 1 {
+                return (k, f);
+            }
+            passes += 1;
+            self.sketch.add(key_hash(k), f);
+            self.win.push_back((k, 0));
+        }
+    }
+
+    fn evict(&mut self) {
+        let after = (self.cap - 1) as u64;
+        let share = self.share();
+        let window_bytes = (self.cap as f64 * share) as u64;
+        let window_items = (after as f64 * share) as u64;
+        let main = self.main.len() as u64;
+        if !self.win.is_empty() && (self.win.len() as u64 > window_bytes || self.main.is_empty()) {
+            let (ck, cf) = self.candidate();
+            if main < after.saturating_sub(window_bytes)
+                && main < after.saturating_sub(window_items)
+            {
+                self.main.push((ck, cf));
+                return;
+            }
+            if self.main.is_empty() {
+                self.remember(ck, true);
+                return;
+            }
+            let v = self.victim();
+            let ch = key_hash(ck);
+            let fc = self.sketch.estimate(ch).saturating_add(cf);
+            let fv = self.sketch.estimate(key_hash(self.main[v].0));
+            self.sketch.add(ch, cf);
+            if fc > fv.saturating_add(1) {
+                let (vk, _) = self.main.remove(v);
+                self.remember(vk, false);
+                self.hand = v;
+                self.main.push((ck, 0));
+            } else {
+                self.remember(ck, true);
+            }
+        } else if !self.main.is_empty() {
+            let v = self.victim();
+            let (vk, _) = self.main.remove(v);
+            self.remember(vk, false);
+            self.hand = v;
+        } else if let Some((k, _)) = self.win.pop_front() {
+            self.remember(k, true);
+        }
+    }
+}

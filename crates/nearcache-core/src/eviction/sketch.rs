@@ -20,6 +20,9 @@
 /// Count-min sketch with 4-bit counters, halved every `sample` additions.
 #[derive(Clone, Debug)]
 pub struct Sketch {
+    /// Conservative update: an addition raises only the counters at the
+    /// key's smallest count (the others already count it and more).
+    pub conservative: bool,
     rows: [Vec<u64>; 4],
     mask: usize,
     additions: u64,
@@ -43,10 +46,20 @@ impl Sketch {
         let width = want.max(16).next_power_of_two();
         let words = width / 16;
         Sketch {
+            conservative: false,
             rows: [vec![0; words], vec![0; words], vec![0; words], vec![0; words]],
             mask: width - 1,
             additions: 0,
             sample: aging.max(1) * entries.max(1) as u64,
+        }
+    }
+
+    /// Halve every `aging` x `entries` additions from now on (the adaptive
+    /// aging of the policies that follow a moving working set).
+    pub fn set_aging(&mut self, entries: usize, aging: u64) {
+        self.sample = aging.max(1) * entries.max(1) as u64;
+        if self.additions >= self.sample {
+            self.halve();
         }
     }
 
@@ -74,10 +87,12 @@ impl Sketch {
         if n == 0 {
             return;
         }
+        let floor =
+            if self.conservative { self.estimate(hash).saturating_add(n).min(15) } else { 0 };
         for r in 0..4 {
             let i = self.index(hash, r);
             let c = self.counter(r, i);
-            let next = c.saturating_add(n).min(15);
+            let next = if self.conservative { c.max(floor) } else { c.saturating_add(n).min(15) };
             let shift = (i % 16) * 4;
             let w = &mut self.rows[r][i / 16];
             *w = (*w & !(0xf << shift)) | ((next as u64) << shift);

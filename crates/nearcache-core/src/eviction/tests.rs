@@ -2,7 +2,7 @@
 //! implementations on random traces, and the policies' behaviour on the
 //! access patterns they are chosen for.
 
-use super::reference::{RefLru, RefSieve, RefWTinyLfu};
+use super::reference::{RefLru, RefSieve, RefWTinyLfu, RefWTinyLfuGhost};
 use super::*;
 
 /// Deterministic xorshift64* generator.
@@ -103,15 +103,145 @@ fn wtinylfu_with_single_evictions_matches_the_reference() {
     }
 }
 
+/// A trace whose working set moves (Zipf-like over a window of keys that
+/// slides by half its width every phase), so the adaptive window grows.
+fn shifting_trace(seed: u64, len: usize, space: u64) -> Vec<u64> {
+    let mut rng = Rng(seed | 1);
+    let phases = 6;
+    (0..len)
+        .map(|i| {
+            let base = (i * phases / len) as u64 * space / 2;
+            let u = rng.below(1 << 16);
+            base + u * u * space / (1 << 32)
+        })
+        .collect()
+}
+
+#[test]
+fn ghost_window_with_single_evictions_matches_the_reference() {
+    for seed in 1..=4u64 {
+        let cap = 90 + seed * 41;
+        let mut trace = random_trace(seed, 6_000, cap * 3);
+        trace.extend(shifting_trace(seed, 6_000, cap * 2));
+        trace.extend(random_trace(seed + 10, 4_000, cap * 3));
+        let cfg = batch_of_one(Policy::WTinyLfuGhost, cap);
+        let mut model = ArenaShard::new(cfg, cap, cap);
+        let ghost_len = (cap * cfg.ghost_percent / 100) as usize;
+        let mut reference = RefWTinyLfuGhost::new(cap as usize, ghost_len, cfg.counter_max);
+        let mut largest = 0.0f64;
+        for (i, &k) in trace.iter().enumerate() {
+            assert_eq!(model.access(k, 1), reference.access(k), "seed {seed}, request {i}");
+            assert_eq!(model.window_share(), reference.share(), "seed {seed}, request {i}");
+            largest = largest.max(reference.share());
+        }
+        assert_eq!(model.len() as usize, reference.len());
+        // The shifting part made the window follow its ghost: the test
+        // covers the adaptation, not a window stuck at 1%.
+        assert!(largest > 0.1, "seed {seed}: the window never grew ({largest})");
+    }
+}
+
+/// The chosen policy follows a moving working set as LRU does, and still
+/// holds part of a loop larger than the cache (where LRU holds nothing).
+#[test]
+fn ghost_window_follows_shifts_and_holds_loops() {
+    let shift = unit(&shifting_trace(5, 60_000, 2_000));
+    let mut lru = RefLru::new(1_000);
+    let lru_ratio =
+        shift.iter().filter(|&&(k, _)| lru.access(k)).count() as f64 / shift.len() as f64;
+    let ratio = |p: Policy, trace: &[(u64, u64)]| {
+        let mut c = Config::new(p, 1_000);
+        c.free_percent = 2;
+        replay(c, trace.iter().copied()).hit_ratio()
+    };
+    let ghost = ratio(Policy::WTinyLfuGhost, &shift);
+    let fixed = ratio(Policy::WTinyLfuMargin, &shift);
+    let sieve = ratio(Policy::Sieve, &shift);
+    eprintln!("ghost {ghost}, fixed window {fixed}, SIEVE {sieve}, LRU {lru_ratio}");
+    // Measured: ghost 0.551, fixed window 0.414, SIEVE 0.460, LRU 0.597
+    // (short phases: the window spends part of each growing).
+    assert!(ghost > fixed + 0.1, "ghost {ghost} vs fixed window {fixed}");
+    assert!(ghost > sieve + 0.05, "ghost {ghost} vs SIEVE {sieve}");
+    assert!(ghost > lru_ratio - 0.06, "ghost {ghost} vs LRU {lru_ratio}");
+    let looped: Vec<(u64, u64)> = (0..60_000u64).map(|i| (i % 1_250, 1)).collect();
+    let r = ratio(Policy::WTinyLfuGhost, &looped);
+    assert!(r > 0.65, "loop: {r}");
+}
+
+/// The segment-granular arena keeps its books: every segment within its
+/// size, the segments in use and in the pool always the configured count,
+/// the bytes of the segments the live entries plus the holes the cleaner
+/// has not merged yet, and the hit ratio close to the entry-granular
+/// arena's at the same mean entry count.
+#[test]
+fn segments_keep_their_books_and_the_hit_ratio() {
+    let trace = unit(&random_trace(21, 30_000, 4_000));
+    for policy in [Policy::Sieve, Policy::WTinyLfuGhost] {
+        let mut c = Config::new(policy, 1_000);
+        c.segments = 8;
+        let mut shard = ArenaShard::new(c, 1_000, 1_000);
+        for (i, &(k, s)) in trace.iter().enumerate() {
+            shard.access(k, s);
+            let used: u64 = shard.seg_used.iter().sum();
+            let dead: u64 = shard.seg_dead.iter().sum();
+            let pending: u64 = shard.seg_pending.iter().sum();
+            assert_eq!(used - dead + pending, shard.bytes, "{policy:?}, request {i}");
+            let entries: usize = shard.seg_len.iter().sum();
+            assert_eq!(entries + shard.seg_pending.len(), shard.arena.len(), "request {i}");
+            assert_eq!(shard.seg_used.len() + shard.seg_free, 8, "{policy:?}, request {i}");
+            assert!(shard.seg_used.iter().all(|&u| u <= shard.seg_cap), "request {i}");
+            assert!(shard.index.len() as u64 == shard.items, "{policy:?}, request {i}");
+        }
+        assert!(shard.compactions() > 10, "{policy:?}");
+        assert!(shard.copied_bytes() > 0, "{policy:?}");
+        // Same mean entry count on both arenas: hit ratios within 0.03.
+        let entry = Config::new(policy, 1_000);
+        let a = replay(entry, trace.iter().copied());
+        let target = a.mean_items.round() as u64;
+        let limit = limit_for_mean(c, target, &trace);
+        let mut seg = c;
+        seg.max_items = limit;
+        seg.capacity_bytes = limit;
+        let b = replay(seg, trace.iter().copied());
+        // Measured (a scan-heavy trace, low ratios): SIEVE 0.066 on
+        // entries, 0.027 on segments (whole groups of a scan's keys go at
+        // once, and its mean is 3.5% lower: the calibration moves by
+        // segments); the ghost-adaptive W-TinyLFU 0.031 / 0.037.
+        assert!((b.mean_items - a.mean_items).abs() < 0.05 * a.mean_items, "{a:?} vs {b:?}");
+        eprintln!("{policy:?}: entries {a:?}, segments {b:?}");
+        let gap = (a.hit_ratio() - b.hit_ratio()).abs();
+        assert!(gap < 0.05, "{policy:?}: entries {a:?} vs segments {b:?}");
+    }
+}
+
+/// A merge with no holes to reclaim and no policy choice left still
+/// frees a segment: an entry larger than a segment is refused, nothing
+/// else changes.
+#[test]
+fn segments_refuse_an_entry_larger_than_a_segment() {
+    for policy in [Policy::Sieve, Policy::WTinyLfuGhost] {
+        let mut c = Config::new(policy, 800);
+        c.segments = 8;
+        let mut shard = ArenaShard::new(c, 800, 800);
+        for k in 0..2_000u64 {
+            shard.access(k % 900, 1);
+        }
+        let before = shard.len();
+        assert!(!shard.access(1 << 40, 101));
+        assert_eq!(shard.len(), before);
+        assert!(!shard.contains(1 << 40));
+    }
+}
+
 #[test]
 fn batched_policies_stay_close_to_their_single_eviction_form() {
     // The engine frees 10% at a time: victims are chosen a little early,
     // which costs a little hit ratio but must not change the policy's
     // character.
-    for policy in [Policy::Sieve, Policy::WTinyLfu] {
+    for policy in [Policy::Sieve, Policy::WTinyLfu, Policy::WTinyLfuGhost] {
         for seed in 1..=2u64 {
             let cap = 400 + seed * 50;
-            let trace = unit(&random_trace(seed * 31, 20_000, cap * 3));
+            let trace = unit(&random_trace(seed * 31, 12_000, cap * 3));
             let single = replay(batch_of_one(policy, cap), trace.iter().copied());
             let batched = replay(Config::new(policy, cap), trace.iter().copied());
             let gap = single.hit_ratio() - batched.hit_ratio();
