@@ -26,7 +26,7 @@ podchecker lib/Cache/Near.pm lib/CHI/Driver/Near.pm
 cd ../..
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-python3 -m nearcache bench perl-chi-2010 --profile tiny --backends nearcache --no-progress \
+python3 -m nearcache bench perl-chi-2010 --profile tiny --backends nearcache --no-progress --no-save \
     --dir "$tmp/scratch" --json "$tmp/perl-bench.json" >/dev/null
 python3 - "$tmp/perl-bench.json" <<'PY'
 import json, sys

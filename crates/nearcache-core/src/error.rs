@@ -83,13 +83,14 @@ impl fmt::Display for Error {
             Error::ValueTooLarge { needed, max, spilling: true } => write!(
                 f,
                 "entry of {needed} bytes exceeds the {max}-byte entry limit of this cache \
-                 (use a larger cache or fewer shards); the cache was left unchanged"
+                 (an entry must fit one arena segment of a shard); the cache was left unchanged"
             ),
             Error::ValueTooLarge { needed, max, spilling: false } => write!(
                 f,
                 "entry of {needed} bytes exceeds the {max}-byte entry limit of this cache, \
-                 and spilling large values to files is off (spill_budget=0): set a spill_budget \
-                 above 0, or use a larger cache or fewer shards; the cache was left unchanged"
+                 and spilling large values to files is off (spill_budget=0): an entry must fit \
+                 one arena segment of a shard; set a spill_budget above 0 to keep larger values \
+                 in files; the cache was left unchanged"
             ),
             Error::OverSpillBudget { len, budget } => write!(
                 f,

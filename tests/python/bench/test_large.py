@@ -249,7 +249,7 @@ def test_cli_sizes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "--sizes" in capsys.readouterr().err
     out_json = tmp_path / "r.json"
     argv = ["bench", "large", "--profile", "tiny", "--sizes", "2MiB", "--backends"]
-    argv += ["nearcache-native", "--no-progress", "--json", str(out_json)]
+    argv += ["nearcache-native", "--no-progress", "--no-save", "--json", str(out_json)]
     argv += ["--nearcache-dir", str(tmp_path / "shm"), "--dir", str(tmp_path / "scratch")]
     assert main(argv) == 0
     w = BenchResult.load(out_json).workload("large")
