@@ -43,7 +43,7 @@ from typing import Any, NoReturn
 __all__ = ["QUICK_TIME", "build_parser", "main", "version_text"]
 
 #: What ``--quick`` takes, as its help says (measured: see the CHANGELOG).
-QUICK_TIME = "about 70 s of measuring on 2 idle cores, then the charts (--no-save: none)"
+QUICK_TIME = "about 2 minutes on 2 idle cores, charts included (--no-save: none)"
 
 
 def _csv(value: str) -> list[str]:
@@ -108,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the benchmark studies against nearcache and its peers",
         description=(
             "Rerun the seed benchmark studies side by side with every peer that is installed. "
-            f"With no WORKLOAD: {default} (no servers, no network; 10-15 minutes on 2 idle "
+            f"With no WORKLOAD: {default} (no servers, no network; about 15 minutes on 2 idle "
             f"cores). {named} run only when named. Results are saved into a dated folder "
             "(see --out)."
         ),
