@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -85,12 +86,23 @@ def open_native(name: str, prefix: str = "") -> NativeCache:
     return NativeCache(path, 0, create=False, prefix=encode_prefix(prefix))
 
 
+#: Files nearcache keeps beside a cache, which are not caches: a tiered
+#: cache's listener election (``<cache>.listener-<channel>``) and a live
+#: resize's new file while it fills (``<cache>.resize-<id>``).
+_COMPANION = re.compile(r"\.(listener-[0-9a-f]+|resize-[0-9a-f]{16})\Z")
+
+
 def cache_files(where: str) -> list[Path]:
-    """The regular files of ``where`` (spill directories and others left out)."""
+    """The cache files of ``where`` (spill directories, listener elections and
+    a resize's file in the making left out)."""
     base = Path(where)
     if not base.is_dir():
         return []
-    return sorted(p for p in base.iterdir() if p.is_file() and not p.is_symlink())
+    return sorted(
+        p
+        for p in base.iterdir()
+        if p.is_file() and not p.is_symlink() and not _COMPANION.search(p.name)
+    )
 
 
 def attached_pids(path: str | os.PathLike[str], exclude_self: bool = True) -> list[int]:

@@ -78,6 +78,21 @@ def test_ls(alpha: Cache, cache_dir: Path, capsys: pytest.CaptureFixture[str]) -
         child.wait(timeout=30)
 
 
+def test_ls_leaves_out_the_files_kept_beside_a_cache(
+    alpha: Cache, cache_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A tiered cache's listener election and a resize's file in the making
+    # are not caches: ls does not report them as unreadable ones.
+    alpha.set("k", 1)
+    (cache_dir / "alpha.listener-7ff504cc4436").write_bytes(b"123456")
+    (cache_dir / "alpha.resize-00000000deadbeef").write_bytes(b"\0" * 64)
+    (cache_dir / "alpha.listener-backup").write_bytes(b"not ours")  # not a channel id
+    code, out, _ = _run(capsys, "ls", "--json")
+    assert code == 0
+    names = {row["name"] for row in json.loads(out)}
+    assert names == {"alpha", "alpha.listener-backup"}
+
+
 def test_ls_of_an_empty_directory(cache_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _run(capsys, "ls")
     assert code == 0 and "no caches in" in out
