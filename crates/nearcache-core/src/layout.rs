@@ -47,8 +47,12 @@ pub const MAGIC: [u8; 8] = *b"NEARCACH";
 /// table before it, five shard header words), compacted a few segments at
 /// a time. Version 9: the migration record of a live resize
 /// (`fh::MIGRATION`, `fh::MOVED`; see `resize.rs`): an older engine would
-/// ignore it and serve entries a resize had moved.
-pub const LAYOUT_VERSION: u32 = 9;
+/// ignore it and serve entries a resize had moved. Version 10: the
+/// conveyor (`shard/conveyor.rs`) compacts segments in bounded passes, its
+/// read cursor and progress count in two shard header words, judged bytes
+/// left as dead filler entries between passes: an older engine would
+/// compact from a write cursor that no longer marks where judging stopped.
+pub const LAYOUT_VERSION: u32 = 10;
 /// Size of the file header; shards start here, page-aligned.
 pub const HEADER_SIZE: usize = 4096;
 /// Shard sizes are multiples of this.
@@ -101,11 +105,25 @@ pub const MIN_ACTIVE_SLOTS: usize = 512;
 /// shorter than `MIN_SEGMENTS` minimum segments is one segment (compacted
 /// whole, as before segments: bounded because small).
 pub const SEGMENT_SIZE: usize = 256 * 1024;
-/// Segments a compaction step reads at most (the one at the hand and the
-/// next ones in order, `shard/segments.rs`). Four: a step frees a segment
-/// while fewer than three in four entries were read since the hand last
-/// passed.
+/// Segments the conveyor judges at most to free one (`shard/conveyor.rs`:
+/// past `MERGE_SEGMENTS - 1` segments judged without one coming free it
+/// evicts regardless of marks). Four: a segment comes free without forcing
+/// while fewer than three in four entries were visited since the hand
+/// last passed.
 pub const MERGE_SEGMENTS: usize = 4;
+/// Arena bytes one conveyor pass judges at most (`shard/conveyor.rs`):
+/// what a reader of the shard waits for at most, and what one write pays
+/// when the cache is full. 16 KiB: about 80 entries of 200 bytes.
+pub const STEP_BUDGET: usize = 16 * 1024;
+/// Conveyor passes paid per `STEP_BUDGET` of appends while the last
+/// `1 / KEEP_AHEAD_WINDOW` of the head fills and no segment is free (one
+/// pass each `STEP_BUDGET / KEEP_AHEAD` bytes appended): up to 16 bytes
+/// judged per byte appended over a quarter of a segment, the
+/// `MERGE_SEGMENTS` segments it takes at most to free one, so a free
+/// segment is ready when the head fills.
+pub const KEEP_AHEAD: usize = 16;
+/// The part of the head (one over this) whose filling pays conveyor passes.
+pub const KEEP_AHEAD_WINDOW: usize = 4;
 /// Smallest segment: an entry with the longest key (64 KiB) and a spilled
 /// value's reference must fit in one.
 pub const MIN_SEGMENT_SIZE: usize = 96 * 1024;
@@ -256,8 +274,17 @@ pub mod sh {
     /// Bytes of free segments' pages given back (`give_back`): they lie
     /// below `ARENA_RESERVED` but are not held.
     pub const PUNCHED: usize = 104;
+    /// The conveyor's read cursor (`shard/conveyor.rs`): arena offset of
+    /// the next entry it judges (`HAND` is its write cursor). Written only
+    /// inside moves.
+    pub const READ: usize = 112;
+    /// Bytes the conveyor judged since a segment last came free: past
+    /// `MERGE_SEGMENTS - 1` segments of them it evicts regardless of marks.
+    /// Written only inside moves.
+    pub const SINCE_FREE: usize = 120;
 
-    /// SIEVE hand: arena offset where the next eviction scan starts.
+    /// SIEVE hand: arena offset where the next eviction scan starts (in a
+    /// segmented shard, the conveyor's write cursor).
     pub const HAND: usize = 128;
     /// Nonzero while a write that moves or clears entries (compaction,
     /// reset) runs: a holder that dies then leaves nothing to salvage.

@@ -270,6 +270,30 @@ impl<'a> ShardGuard<'a> {
         }
     }
 
+    /// Cover `len` bytes at arena offset `off` with one dead entry (a
+    /// one-byte key, the rest its value): bytes a compaction pass already
+    /// judged, so that walks read whole entries (`shard/conveyor.rs`).
+    /// `len` is a multiple of `ENTRY_ALIGN` of at least one entry, and
+    /// every byte of the range lies in reserved arena that no slot leads to.
+    pub(super) fn write_filler(&self, off: usize, len: usize) {
+        let val_len = len - ENTRY_HEADER - 1;
+        assert!(
+            off % ENTRY_ALIGN == 0
+                && len >= entry_size(1, 0)
+                && entry_size(1, val_len) == len
+                && off + len <= self.shard.arena_size
+        );
+        let p = self.arena_ptr(off);
+        // SAFETY: the header lies inside the arena (asserted above) at an
+        // entry start; the caller's range is judged bytes under the lock,
+        // inside a move; the words are 4-aligned (ENTRY_ALIGN).
+        unsafe {
+            self.write_meta(p, entry_meta(0, 1));
+            ptr::write(p.add(eh::LEN) as *mut u32, val_len as u32 | LEN_DEAD);
+            ptr::write(p.add(eh::FLAGS) as *mut u32, 0);
+        }
+    }
+
     /// The hash of a checked entry's key, computed again from its bytes
     /// (`key` is scratch space for them).
     pub(super) fn entry_hash(&self, e: &Entry, key: &mut Vec<u8>) -> u64 {

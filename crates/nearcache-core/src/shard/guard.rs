@@ -263,6 +263,7 @@ impl<'a> ShardGuard<'a> {
             || self.hdr(sh::TOMBSTONES) > self.hdr(sh::SLOTS_USED)
             || self.hdr(sh::ITEMS) > slots
             || self.hdr(sh::HAND) > self.shard.arena_size as u64
+            || self.hdr(sh::READ) > self.shard.arena_size as u64
         {
             return Err(Corrupt("shard header counters out of range"));
         }

@@ -76,6 +76,7 @@
 
 mod arena;
 mod compaction;
+mod conveyor;
 mod entry_ref;
 mod guard;
 mod index;
@@ -451,6 +452,7 @@ impl<'a> ShardGuard<'a> {
         let size = entry_size(key.len(), value.len());
         self.ensure_can_hold(size)?;
         self.begin_write();
+        let bump_before = self.hdr(sh::BUMP);
         let stored = match existing {
             Some((i, e)) if self.replace(i, &e, key, hash, value, flags, expires, size) => true,
             Some((i, e)) => {
@@ -467,6 +469,7 @@ impl<'a> ShardGuard<'a> {
         };
         if stored {
             self.bump_stat(sh::SETS);
+            self.keep_ahead(bump_before, now);
         }
         self.end_write();
         Ok(stored)

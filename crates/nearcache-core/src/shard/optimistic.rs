@@ -4,9 +4,11 @@
 //! (even), probes the index and copies the value out without the lock,
 //! then checks that `seq` and the slot it followed are unchanged (up to
 //! the visited bit); if not, the copy is thrown away and retried, and
-//! after `OPTIMISTIC_TRIES` (or at once if `seq` is odd: entries are
-//! moving, or a mover died) the reader takes the lock, which waits
-//! properly and repairs. A slot cannot come back to an offset without a
+//! after `OPTIMISTIC_TRIES` (or if `seq` stays odd for `MOVE_WAIT`:
+//! entries are moving, or a mover died) the reader takes the lock, which
+//! waits properly and repairs. A move is short (one bounded conveyor pass
+//! in a segmented shard), so a reader that finds one in progress spins
+//! until it ends rather than queue behind the writer's whole operation. A slot cannot come back to an offset without a
 //! move (the arena only grows between moves), so an unchanged slot and
 //! an unchanged `seq` mean the bytes read were the entry's all along.
 //! The header is laid out so that a reader loads only words in a cache
@@ -35,6 +37,13 @@ use std::sync::atomic::Ordering;
 /// active, and the lock then waits without burning the core.
 const OPTIMISTIC_TRIES: usize = 3;
 
+/// How long an optimistic get waits for a move to end (`seq` even again)
+/// before it takes the lock. A move of a segmented shard is one conveyor
+/// pass (`layout::STEP_BUDGET` judged, tens of microseconds), while the
+/// lock waits for the writer's whole operation; a mover that died or was
+/// preempted leaves the reader to the lock after this.
+const MOVE_WAIT: std::time::Duration = std::time::Duration::from_micros(50);
+
 impl Shard {
     /// The shard's `seq` word, for an optimistic read: an acquire load,
     /// so the reads that follow it cannot move before it.
@@ -51,6 +60,24 @@ impl Shard {
         // all happened before the second load of seq.
         std::sync::atomic::fence(Ordering::Acquire);
         self.header_atomic(sh::SEQ).load(Ordering::Relaxed) == before
+    }
+
+    /// Spin until `seq` is even (the move in progress ended), for at most
+    /// `MOVE_WAIT`; returns the even `seq`, or None (take the lock).
+    fn wait_for_move_end(&self) -> Option<u64> {
+        let start = std::time::Instant::now();
+        loop {
+            for _ in 0..64 {
+                std::hint::spin_loop();
+            }
+            let seq = self.seq_acquire();
+            if seq & 1 == 0 {
+                return Some(seq);
+            }
+            if start.elapsed() > MOVE_WAIT {
+                return None;
+            }
+        }
     }
 
     /// A get without the lock (see the module comment). `f` copies the
@@ -71,9 +98,9 @@ impl Shard {
         // An unlocked view: only its reads are used here, never a write.
         let view = ShardGuard::unlocked(self);
         for _ in 0..OPTIMISTIC_TRIES {
-            let before = self.seq_acquire();
+            let mut before = self.seq_acquire();
             if before & 1 == 1 {
-                return None;
+                before = self.wait_for_move_end()?;
             }
             // Entries are bounded by the reserved arena, not the bump
             // pointer: every write moves the bump pointer, and reading it

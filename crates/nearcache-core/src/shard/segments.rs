@@ -65,25 +65,13 @@ fn seg_word(used: u32, next: u32) -> u64 {
 /// The `used` word of a free segment whose pages were given back.
 const PUNCHED_MARK: u32 = u32::MAX;
 
-/// Where a merge starts.
+/// How the head is compacted in place.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Start {
-    Hand,
-    Tail,
-    /// The head, in place (evicting: unvisited entries).
+    /// Dead and expired entries go (evicting: unvisited ones too).
     Head,
-    /// The head, in place, every entry evicted (evicting only).
+    /// Every entry evicted (evicting only).
     HeadAll,
-}
-
-/// One entry a step reads: where it goes is decided before anything moves.
-struct Item {
-    e: Entry,
-    /// Index of its segment in the step's list.
-    j: usize,
-    slot: usize,
-    tag: u32,
-    visited: bool,
 }
 
 impl<'a> ShardGuard<'a> {
@@ -105,7 +93,7 @@ impl<'a> ShardGuard<'a> {
         unsafe { ptr::read_volatile(self.seg_ptr(s)) }
     }
 
-    fn set_seg(&self, s: usize, used: u32, next: u32) {
+    pub(super) fn set_seg(&self, s: usize, used: u32, next: u32) {
         // SAFETY: as in seg_raw; the lock is held.
         unsafe { ptr::write_volatile(self.seg_ptr(s), seg_word(used, next)) }
     }
@@ -116,7 +104,7 @@ impl<'a> ShardGuard<'a> {
     }
 
     /// A segment index read from the header, checked below `FRESH`.
-    fn seg_hdr(&self, field: usize) -> Check<usize> {
+    pub(super) fn seg_hdr(&self, field: usize) -> Check<usize> {
         let s = self.hdr(field);
         if s >= self.fresh()? as u64 {
             return Err(Corrupt("segment word out of range"));
@@ -125,7 +113,7 @@ impl<'a> ShardGuard<'a> {
     }
 
     /// Segments used so far (`FRESH`), checked.
-    fn fresh(&self) -> Check<usize> {
+    pub(super) fn fresh(&self) -> Check<usize> {
         let f = self.hdr(sh::FRESH);
         if f == 0 || f > self.shard.seg_count as u64 {
             return Err(Corrupt("fresh segment mark out of range"));
@@ -155,7 +143,7 @@ impl<'a> ShardGuard<'a> {
     }
 
     /// The segment after `s` in its list, checked.
-    fn seg_next(&self, s: usize) -> Check<Option<usize>> {
+    pub(super) fn seg_next(&self, s: usize) -> Check<Option<usize>> {
         let next = (self.seg_raw(s) >> 32) as u32;
         if next == NO_SEGMENT {
             return Ok(None);
@@ -228,6 +216,8 @@ impl<'a> ShardGuard<'a> {
         self.set_hdr(sh::FREE, NO_SEGMENT as u64);
         self.set_hdr(sh::FRESH, 1);
         self.set_hdr(sh::SEALED_BYTES, 0);
+        self.set_hdr(sh::READ, 0);
+        self.set_hdr(sh::SINCE_FREE, 0);
         if self.hdr(sh::PUNCHED) != 0 {
             // Segments given back lie below the mark: lowering it is always
             // safe (the next growth reserves again, a no-op for held pages).
@@ -292,9 +282,12 @@ impl<'a> ShardGuard<'a> {
             }
         }
         self.set_hdr(sh::PUNCHED, punched as u64);
-        let hand = self.hdr(sh::HAND) as usize / self.shard.seg_size;
-        if hand >= fresh || !on_chain[hand] || hand == head {
+        // The conveyor's cursors: on the chain, or both back at the tail.
+        let (hand, read) = (self.hdr(sh::HAND) as usize, self.hdr(sh::READ) as usize);
+        let (w, r) = (hand / self.shard.seg_size, read / self.shard.seg_size);
+        if w >= fresh || !on_chain[w] || w == head || r >= fresh || !on_chain[r] {
             self.set_hdr(sh::HAND, self.seg_start(chain[0]) as u64);
+            self.set_hdr(sh::READ, self.seg_start(chain[0]) as u64);
         }
         Ok(chain)
     }
@@ -314,7 +307,7 @@ impl<'a> ShardGuard<'a> {
     }
 
     /// Put an emptied segment on the free list.
-    fn push_free(&self, s: usize) {
+    pub(super) fn push_free(&self, s: usize) {
         self.set_seg(s, 0, self.hdr(sh::FREE) as u32);
         self.set_hdr(sh::FREE, s as u64);
     }
@@ -447,38 +440,6 @@ impl<'a> ShardGuard<'a> {
         }
     }
 
-    /// One compaction step (see the module comment), inside its own move;
-    /// `evict`: SIEVE evicts, else only dead and expired entries go.
-    /// Returns whether a segment went to the free list. Corruption resets
-    /// the shard (which empties it: the caller finds room then).
-    pub(super) fn step(&self, evict: bool, now: &mut Now) -> bool {
-        self.begin_move();
-        self.set_hdr(sh::REWRITING, 1);
-        let t = now.get();
-        let freed = match self.merge_at_hand(evict, t, false) {
-            Ok(true) => true,
-            Ok(false) => match self.merge_at_hand(evict, t, true) {
-                Ok(f) => f,
-                Err(c) => {
-                    self.recover(c);
-                    false
-                }
-            },
-            Err(c) => {
-                self.recover(c);
-                false
-            }
-        };
-        self.end_move();
-        freed
-    }
-
-    /// One merge from the hand (or from the tail, `from_tail`). Ok(false),
-    /// with nothing changed, when no segment can be freed from there.
-    fn merge_at_hand(&self, evict: bool, t: u64, from_tail: bool) -> Check<bool> {
-        self.merge(evict, t, if from_tail { Start::Tail } else { Start::Hand })
-    }
-
     /// Compact the head segment in place (dead and expired entries only):
     /// a lazy shard whose head is mostly overwritten copies makes room in
     /// it instead of taking another segment. Inside its own move. Returns
@@ -514,215 +475,79 @@ impl<'a> ShardGuard<'a> {
         done
     }
 
-    /// A merge (see the module comment) starting at the hand, the tail, or
-    /// the head (which is then compacted in place, alone).
+    /// Compact the head in place: dead and expired entries go (evicting:
+    /// unvisited ones too, or every one with `Start::HeadAll`), survivors
+    /// slide down in order and the bump pointer follows them. Ok(false),
+    /// with nothing changed, when nothing would go. Inside a move.
     fn merge(&self, evict: bool, t: u64, start: Start) -> Check<bool> {
-        let size = self.shard.seg_size;
         let head = self.head()?;
-        let tail = self.seg_hdr(sh::TAIL)?;
-        let fresh = self.fresh()?;
         let active = self.active_slots()?;
-        let in_place = matches!(start, Start::Head | Start::HeadAll);
-        let (mut h, mut o) = match start {
-            Start::Tail => (tail, 0),
-            Start::Head | Start::HeadAll => (head, 0),
-            Start::Hand => {
-                let hand = self.hdr(sh::HAND) as usize;
-                (hand / size, hand % size)
-            }
-        };
-        if !in_place && (h >= fresh || h == head) {
-            (h, o) = (tail, 0);
-        }
-        if !in_place && h == head {
-            return Ok(false);
-        }
-        // The segments of this step: the hand's and the next ones in order,
-        // never the head.
-        let mut list = vec![h];
-        let mut cur = h;
-        while !in_place && list.len() < MERGE_SEGMENTS {
-            let n = self.seg_next(cur)?.ok_or(Corrupt("a segment before the head has no next"))?;
-            if n == head {
-                break;
-            }
-            if list.contains(&n) {
-                return Err(Corrupt("segment chain has a cycle"));
-            }
-            list.push(n);
-            cur = n;
-        }
-        if list.len() == 1 && h != tail && !in_place {
-            // One segment before the head, not the oldest: wrap first.
-            return Ok(false);
-        }
-        // Read the entries and the slots of the live ones.
-        let mut used_old = Vec::with_capacity(list.len());
-        let mut items: Vec<Item> = Vec::new();
+        let begin = self.seg_start(head);
+        let end = self.bump()?;
+        // Judge first: nothing changes unless something goes.
+        let mut items = Vec::new();
         let mut key = Vec::new();
-        let mut examined = 0;
-        for (j, &s) in list.iter().enumerate() {
-            let used = self.seg_used(s)?;
-            let begin = if j == 0 { o } else { 0 };
-            if begin > used {
-                return Err(Corrupt("hand beyond its segment's used bytes"));
+        let mut off = begin;
+        let mut any_gone = false;
+        while off < end {
+            let e = self.entry(off, end)?;
+            off += e.size;
+            if e.is_dead() {
+                any_gone = true;
+                items.push((e, usize::MAX, 0, false));
+                continue;
             }
-            used_old.push(used);
-            let end = self.seg_start(s) + used;
-            let mut off = self.seg_start(s) + begin;
-            examined += used - begin;
-            while off < end {
-                let e = self.entry(off, end)?;
-                off += e.size;
-                let (mut slot, mut tag, mut visited) = (usize::MAX, 0, false);
-                if !e.is_dead() {
-                    tag = tag_of(self.entry_hash(&e, &mut key));
-                    slot = self
-                        .find_slot(tag, e.off, active)?
-                        .ok_or(Corrupt("a live entry has no slot"))?;
-                    visited = self.slot(slot) & SLOT_VISITED != 0;
-                }
-                items.push(Item { e, j, slot, tag, visited });
-            }
+            let tag = tag_of(self.entry_hash(&e, &mut key));
+            let slot =
+                self.find_slot(tag, e.off, active)?.ok_or(Corrupt("a live entry has no slot"))?;
+            let visited = self.slot(slot) & SLOT_VISITED != 0;
+            let gone = e.expired(t) || evict && (start == Start::HeadAll || !visited);
+            any_gone |= gone;
+            items.push((e, slot, tag, gone));
         }
-        self.note_examined(examined);
-        // Decide, before anything changes: where each survivor goes. A
-        // segment takes survivors up to its end (or the reserved mark:
-        // everything below it is reserved); they are copied in order, so a
-        // survivor never lands on bytes not yet copied (the destination
-        // never passes the source: an entry fits where it already is).
-        let reserved = self.arena_reserved()?;
-        let cap = |s: usize| size.min(reserved.saturating_sub(self.seg_start(s)));
-        let mut new_off = vec![usize::MAX; items.len()];
-        let mut keep_mark = vec![false; items.len()];
-        let (mut dj, mut doff) = (0usize, o);
-        let mut fill = vec![0usize; list.len()];
-        fill[0] = o;
-        let mut last = list.len() - 1;
-        let mut k = 0;
-        for j in 0..list.len() {
-            let force = evict && (j + 1 == list.len() && !in_place || start == Start::HeadAll);
-            while k < items.len() && items[k].j == j {
-                let it = &items[k];
-                let gone = it.e.is_dead() || it.e.expired(t) || (evict && (force || !it.visited));
-                if !gone {
-                    // At the source's own segment it fits (dj <= j): a
-                    // segment above the reserved mark (cap 0) is skipped.
-                    while dj < j && doff + it.e.size > cap(list[dj]).max(used_old[dj]) {
-                        dj += 1;
-                        doff = 0;
-                    }
-                    new_off[k] = self.seg_start(list[dj]) + doff;
-                    doff += it.e.size;
-                    fill[dj] = doff;
-                    keep_mark[k] = it.visited && !evict;
-                }
-                k += 1;
-            }
-            // Stop once a segment that held entries is empty (freeing only
-            // empty ones, left by heads sealed before they were written,
-            // would not make room below the reserved mark).
-            if dj < j && used_old[dj + 1..=j].iter().any(|&u| u > 0) {
-                last = j;
-                break;
-            }
-        }
-        let empty_tail = h == tail && dj == 0 && doff == 0 && !in_place;
-        if in_place && fill[0] == used_old[0] || !in_place && dj == last && !empty_tail {
+        self.note_examined(end - begin);
+        if !any_gone {
             return Ok(false);
         }
-        let after = if in_place {
-            NO_SEGMENT as usize
-        } else {
-            self.seg_next(list[last])?.ok_or(Corrupt("a segment before the head has no next"))?
-        };
-        // Apply: move survivors (runs of adjacent ones in one copy), point
-        // their slots at them, tombstone and purge the live ones dropped.
         let tombstones = (self.hdr(sh::TOMBSTONES) as usize).min(active);
         let items_before = (self.hdr(sh::ITEMS) as usize).min(active);
         let (mut evicted, mut expired, mut dropped_bytes) = (0u64, 0u64, 0usize);
         let mut purge = Vec::new();
-        let (mut rsrc, mut rdst, mut rlen) = (0usize, 0usize, 0usize);
-        let flush = |src: usize, dst: usize, len: usize| {
-            if len > 0 && src != dst {
-                // SAFETY: both ranges lie in used parts of this step's
-                // segments (checked entries); dst <= src in the step's
-                // order, so no survivor is overwritten before it is
-                // copied; ptr::copy handles the overlap.
-                unsafe { ptr::copy(self.arena_ptr(src), self.arena_ptr(dst), len) };
+        let mut write = begin;
+        for (e, slot, tag, gone) in items {
+            if e.is_dead() {
+                continue;
             }
-        };
-        for (k, it) in items.iter().enumerate() {
-            if it.j > last {
-                break;
-            }
-            let e = &it.e;
-            if new_off[k] == usize::MAX {
-                if !e.is_dead() {
-                    self.note_dropped(e);
-                    self.set_slot(it.slot, TOMBSTONE);
-                    purge.push(it.slot);
-                    dropped_bytes += e.size;
-                    if e.expired(t) {
-                        expired += 1;
-                    } else {
-                        evicted += 1;
-                    }
+            if gone {
+                self.note_dropped(&e);
+                self.set_slot(slot, TOMBSTONE);
+                purge.push(slot);
+                dropped_bytes += e.size;
+                if e.expired(t) {
+                    expired += 1;
+                } else {
+                    evicted += 1;
                 }
                 continue;
             }
-            if e.off == rsrc + rlen && new_off[k] == rdst + rlen {
-                rlen += e.size;
-            } else {
-                flush(rsrc, rdst, rlen);
-                (rsrc, rdst, rlen) = (e.off, new_off[k], e.size);
+            if write != e.off {
+                // SAFETY: both ranges lie in the head's used bytes (checked
+                // entries); write <= e.off, survivors are copied in order,
+                // and ptr::copy handles the overlap.
+                unsafe { ptr::copy(self.arena_ptr(e.off), self.arena_ptr(write), e.size) };
             }
-            let mark = if keep_mark[k] { SLOT_VISITED } else { 0 };
-            let v = Self::tagged_slot(it.tag, new_off[k]) | mark;
-            if self.slot(it.slot) != v {
-                self.set_slot(it.slot, v);
-            }
+            let mark = self.slot(slot) & SLOT_VISITED & if evict { 0 } else { u64::MAX };
+            self.set_slot(slot, Self::tagged_slot(tag, write) | mark);
+            write += e.size;
         }
-        flush(rsrc, rdst, rlen);
+        self.set_hdr(sh::BUMP, write as u64);
         let mut purged = 0;
         for p in purge {
             purged += self.purge_cluster(p, active)?;
         }
-        // The table: the survivors' segments keep their order, the emptied
-        // ones go to the free list.
-        let old_bytes: usize = used_old[..=last].iter().sum();
-        let new_bytes: usize = fill[..=dj].iter().sum();
-        if in_place {
-            self.set_hdr(sh::BUMP, (self.seg_start(head) + fill[0]) as u64);
-        }
-        for j in 0..dj {
-            self.set_seg(list[j], fill[j] as u32, list[j + 1] as u32);
-        }
-        if !in_place {
-            self.set_seg(list[dj], fill[dj] as u32, after as u32);
-        }
-        for &s in &list[dj + 1..=last] {
-            self.push_free(s);
-        }
-        let hand = if in_place {
-            self.hdr(sh::HAND) as usize
-        } else if empty_tail {
-            self.set_hdr(sh::TAIL, after as u64);
-            self.push_free(h);
-            self.seg_start(after)
-        } else {
-            self.seg_start(list[dj]) + doff
-        };
-        self.set_hdr(sh::HAND, hand as u64);
-        if !in_place {
-            self.set_hdr(
-                sh::SEALED_BYTES,
-                self.hdr(sh::SEALED_BYTES).saturating_sub((old_bytes - new_bytes) as u64),
-            );
-        }
-        let items_after = items_before.saturating_sub((evicted + expired) as usize);
-        let tombstones_after =
-            (tombstones + evicted as usize + expired as usize).saturating_sub(purged);
+        let gone = (evicted + expired) as usize;
+        let items_after = items_before.saturating_sub(gone);
+        let tombstones_after = (tombstones + gone).saturating_sub(purged);
         self.set_hdr(sh::ITEMS, items_after as u64);
         self.set_hdr(sh::LIVE_BYTES, self.hdr(sh::LIVE_BYTES).saturating_sub(dropped_bytes as u64));
         self.set_hdr(sh::TOMBSTONES, tombstones_after as u64);

@@ -1,0 +1,341 @@
+//! The conveyor: eviction and compaction of a segmented arena in passes
+//! of bounded size, paid as the head fills.
+//!
+//! Design (`segments.rs` has the segments themselves):
+//! * Two cursors walk the segments in use from oldest to newest, never
+//!   into the head: the read cursor `READ` (the next entry to judge) and
+//!   the write cursor `HAND` (where the next survivor goes). Each entry
+//!   the read cursor passes is judged as SIEVE judges it (dead and expired
+//!   entries go; when evicting, unvisited ones go and visited ones stay
+//!   with their mark cleared) and a survivor is copied down to the write
+//!   cursor, its slot rewritten in place; a dropped live entry's slot
+//!   becomes a tombstone. Survivors keep their order (SIEVE's, not
+//!   CLOCK's), which is the merge of Segcache (NSDI '21) made continuous.
+//! * The write cursor is in segment `w`, the read cursor in `r`, and `r`
+//!   is `w` or the segment after it. When the read cursor leaves `r` and
+//!   `r` is not `w`, `r` holds nothing any more: it leaves the chain for
+//!   the free list. That is how segments come free. When it leaves `w`
+//!   itself, `w` ends where its survivors end. When the read cursor
+//!   reaches the head it wraps: both cursors go to the tail.
+//! * A pass judges entries for a bounded number of bytes (`STEP_BUDGET`)
+//!   inside one move (`seq` odd, `REWRITING` set), so that a reader waits
+//!   for at most one pass. Between passes every segment in use is a
+//!   sequence of whole entries: the bytes between the cursors that the
+//!   pass already judged are covered by one dead filler entry (`w == r`:
+//!   from the write cursor to the read cursor; else from the start of `r`
+//!   to the read cursor), so every walk (repair, `check`, resize, the
+//!   spill sweep) reads the segments as it always did.
+//! * Pay as you go: once every segment is in use and the free list is
+//!   empty, while the last `1 / KEEP_AHEAD_WINDOW` of the head fills, a
+//!   write whose append crosses a `STEP_BUDGET / KEEP_AHEAD` boundary of
+//!   the arena runs one pass (`keep_ahead`), which stops at the first
+//!   segment it frees. That window's passes judge `MERGE_SEGMENTS`
+//!   segments, more than a segment costs to free (see below), so a free
+//!   segment is normally ready when the head fills, and it is freed late
+//!   enough not to sit empty for long (an empty segment is memory that
+//!   holds no entry). When none is ready, the write that fills the head
+//!   runs passes (each its own move) until one frees (`step`).
+//! * Progress is bounded: `SINCE_FREE` counts the bytes judged since a
+//!   segment last came free; past `MERGE_SEGMENTS - 1` segments of them
+//!   an evicting pass evicts every live entry it reads until a segment
+//!   frees (visited or not), as the merge of a fixed number of segments
+//!   did before.
+//! * Every word is checked: cursors that do not describe a valid state
+//!   (a hostile or stale file) are put back at the tail, which is always
+//!   safe because every segment is whole entries between passes; entries
+//!   are parsed with the same checks as everywhere.
+
+use super::{Check, Corrupt, Now, ShardGuard};
+use crate::hash::tag_of;
+use crate::layout::*;
+use std::ptr;
+
+/// What one pass did.
+#[derive(Default)]
+pub(super) struct Pass {
+    /// A segment went to the free list.
+    pub(super) freed: bool,
+    /// Arena bytes judged.
+    pub(super) examined: usize,
+    /// Nothing to judge: the chain is the head alone, or a wrap found
+    /// nothing to do.
+    pub(super) stuck: bool,
+}
+
+/// The conveyor's cursors as segment and offset within it.
+#[derive(Clone, Copy)]
+struct Cursors {
+    w: usize,
+    wp: usize,
+    r: usize,
+    rp: usize,
+}
+
+impl<'a> ShardGuard<'a> {
+    /// The cursors, checked against the chain's words; put back at the
+    /// tail (both) when they do not describe a state the conveyor leaves.
+    fn cursors(&self, head: usize, tail: usize) -> Check<Cursors> {
+        let size = self.shard.seg_size;
+        let at_tail = Cursors { w: tail, wp: 0, r: tail, rp: 0 };
+        let (wh, rh) = (self.hdr(sh::HAND) as usize, self.hdr(sh::READ) as usize);
+        let (w, wp, r, rp) = (wh / size, wh % size, rh / size, rh % size);
+        if w >= self.shard.seg_count || r >= self.shard.seg_count || w == head {
+            return Ok(at_tail);
+        }
+        let ok = if r == w {
+            wp <= rp && rp <= self.seg_used(w)?
+        } else {
+            self.seg_next(w)? == Some(r)
+                && wp == self.seg_used(w)?
+                && (r != head && rp <= self.seg_used(r)? || r == head && rp == 0)
+        };
+        Ok(if ok && rp % ENTRY_ALIGN == 0 && wp % ENTRY_ALIGN == 0 {
+            Cursors { w, wp, r, rp }
+        } else {
+            at_tail
+        })
+    }
+
+    /// The bytes a survivor may fill in segment `s`: the segment, or less
+    /// in a lazy file whose reserved mark lies inside it.
+    fn seg_cap(&self, s: usize, reserved: usize) -> usize {
+        self.shard.seg_size.min(reserved.saturating_sub(self.seg_start(s)))
+    }
+
+    /// One pass of the conveyor (see the module comment): judge entries
+    /// from the read cursor for about `budget` bytes, stopping after the
+    /// first segment freed when `stop_on_free`. Inside a move.
+    pub(super) fn conveyor_pass(
+        &self,
+        evict: bool,
+        t: u64,
+        budget: usize,
+        stop_on_free: bool,
+    ) -> Check<Pass> {
+        let size = self.shard.seg_size;
+        let head = self.head()?;
+        let mut tail = self.seg_hdr(sh::TAIL)?;
+        let mut pass = Pass::default();
+        if tail == head {
+            pass.stuck = true;
+            return Ok(pass);
+        }
+        let active = self.active_slots()?;
+        let reserved = self.arena_reserved()?;
+        let force_after = (MERGE_SEGMENTS - 1) * size;
+        let mut since_free = (self.hdr(sh::SINCE_FREE) as usize).min(force_after + size);
+        let Cursors { mut w, mut wp, mut r, mut rp } = self.cursors(head, tail)?;
+        // `w`'s used bytes as its table word says, while `w != r`: the
+        // table is written when `w` changes and at the end.
+        let mut w_used = self.seg_used(w)?;
+        let mut r_used = if r == head { 0 } else { self.seg_used(r)? };
+        let mut wraps = 0;
+        let mut advances = 0;
+        let (mut evicted, mut expired, mut dropped_bytes) = (0u64, 0u64, 0usize);
+        let mut purge = Vec::new();
+        let mut key = Vec::new();
+        let sealed_delta = |d: isize| {
+            let s = self.hdr(sh::SEALED_BYTES) as isize + d;
+            self.set_hdr(sh::SEALED_BYTES, s.max(0) as u64);
+        };
+        loop {
+            if r == head || rp >= r_used {
+                if r != head {
+                    // The read cursor leaves `r`.
+                    advances += 1;
+                    if advances > 2 * self.shard.seg_count + 2 {
+                        return Err(Corrupt("segment chain has a cycle"));
+                    }
+                    let next = self
+                        .seg_next(r)?
+                        .ok_or(Corrupt("a segment before the head has no next"))?;
+                    if r != w {
+                        // Everything of `r` was judged: it leaves the chain.
+                        self.set_seg(w, wp as u32, next as u32);
+                        sealed_delta(wp as isize - w_used as isize - r_used as isize);
+                        w_used = wp;
+                        self.push_free(r);
+                        pass.freed = true;
+                    } else if wp == 0 && w == tail {
+                        // The tail kept nothing: it leaves the chain.
+                        self.set_hdr(sh::TAIL, next as u64);
+                        sealed_delta(-(r_used as isize));
+                        self.push_free(w);
+                        pass.freed = true;
+                        tail = next;
+                        (w, wp, w_used) =
+                            (next, 0, if next == head { 0 } else { self.seg_used(next)? });
+                    } else {
+                        // `w` ends where its survivors end.
+                        self.set_seg(w, wp as u32, next as u32);
+                        sealed_delta(wp as isize - r_used as isize);
+                        w_used = wp;
+                    }
+                    if pass.freed {
+                        since_free = 0;
+                    }
+                    r = next;
+                    rp = 0;
+                    r_used = if r == head { 0 } else { self.seg_used(r)? };
+                }
+                if r == head {
+                    // Wrap: both cursors to the tail.
+                    wraps += 1;
+                    if tail == head || wraps > 1 {
+                        pass.stuck = !pass.freed;
+                        (w, wp, r, rp) = (tail, 0, tail, 0);
+                        break;
+                    }
+                    (w, wp, r, rp) = (tail, 0, tail, 0);
+                    w_used = self.seg_used(tail)?;
+                    r_used = w_used;
+                }
+                if pass.freed && stop_on_free || pass.examined >= budget {
+                    break;
+                }
+                continue;
+            }
+            if pass.examined >= budget {
+                break;
+            }
+            let base = self.seg_start(r);
+            let e = self.entry(base + rp, base + r_used)?;
+            pass.examined += e.size;
+            since_free += e.size;
+            rp += e.size;
+            if e.is_dead() {
+                continue;
+            }
+            let tag = tag_of(self.entry_hash(&e, &mut key));
+            let slot =
+                self.find_slot(tag, e.off, active)?.ok_or(Corrupt("a live entry has no slot"))?;
+            let visited = self.slot(slot) & SLOT_VISITED != 0;
+            let force = evict && since_free > force_after;
+            if e.expired(t) || evict && (force || !visited) {
+                self.note_dropped(&e);
+                self.set_slot(slot, TOMBSTONE);
+                purge.push(slot);
+                dropped_bytes += e.size;
+                if e.expired(t) {
+                    expired += 1;
+                } else {
+                    evicted += 1;
+                }
+                continue;
+            }
+            if w != r && wp + e.size > self.seg_cap(w, reserved) {
+                // `w` is full: it ends here, and survivors go into `r`,
+                // below the bytes they come from.
+                self.set_seg(w, wp as u32, r as u32);
+                sealed_delta(wp as isize - w_used as isize);
+                (w, wp, w_used) = (r, 0, r_used);
+            }
+            let dst = self.seg_start(w) + wp;
+            if dst != e.off {
+                // SAFETY: both ranges lie in used parts of segments of this
+                // pass (the entry was checked; the destination is below
+                // the read cursor in `r`, or in `w`'s room up to its cap,
+                // which lies in reserved arena); ptr::copy handles the
+                // overlap of a survivor moved down within its segment.
+                unsafe { ptr::copy(self.arena_ptr(e.off), self.arena_ptr(dst), e.size) };
+            }
+            let mark = if visited && !evict { SLOT_VISITED } else { 0 };
+            self.set_slot(slot, Self::tagged_slot(tag, dst) | mark);
+            wp += e.size;
+        }
+        // Leave every segment whole entries: the judged bytes between the
+        // cursors become one dead filler; `w`'s table word ends at its
+        // survivors when the cursors are in two segments.
+        if w != r {
+            self.set_seg(w, wp as u32, r as u32);
+            sealed_delta(wp as isize - w_used as isize);
+            if rp > 0 {
+                self.write_filler(self.seg_start(r), rp);
+            }
+        } else if rp > wp {
+            self.write_filler(self.seg_start(w) + wp, rp - wp);
+        }
+        self.set_hdr(sh::HAND, (self.seg_start(w) + wp) as u64);
+        self.set_hdr(sh::READ, (self.seg_start(r) + rp) as u64);
+        self.set_hdr(sh::SINCE_FREE, since_free as u64);
+        let tombstones = (self.hdr(sh::TOMBSTONES) as usize).min(active);
+        let items_before = (self.hdr(sh::ITEMS) as usize).min(active);
+        let mut purged = 0;
+        for p in purge {
+            purged += self.purge_cluster(p, active)?;
+        }
+        let gone = (evicted + expired) as usize;
+        let items_after = items_before.saturating_sub(gone);
+        let tombstones_after = (tombstones + gone).saturating_sub(purged);
+        self.set_hdr(sh::ITEMS, items_after as u64);
+        self.set_hdr(sh::LIVE_BYTES, self.hdr(sh::LIVE_BYTES).saturating_sub(dropped_bytes as u64));
+        self.set_hdr(sh::TOMBSTONES, tombstones_after as u64);
+        self.set_hdr(sh::SLOTS_USED, (items_after + tombstones_after) as u64);
+        self.add_stat(sh::EVICTIONS, evicted);
+        self.add_stat(sh::EXPIRATIONS, expired);
+        if pass.examined > 0 {
+            self.bump_stat(sh::COMPACTIONS);
+        }
+        self.note_examined(pass.examined);
+        Ok(pass)
+    }
+
+    /// Run one pass inside its own move; corruption resets the shard.
+    fn pass_in_move(&self, evict: bool, t: u64, budget: usize) -> Option<Pass> {
+        self.begin_move();
+        self.set_hdr(sh::REWRITING, 1);
+        let r = self.conveyor_pass(evict, t, budget, true);
+        self.end_move();
+        r.map_err(|c| self.recover(c)).ok()
+    }
+
+    /// Free one segment: passes (each its own move, so readers wait for
+    /// one pass at most) until one comes free; `evict`: SIEVE evicts, else
+    /// only dead and expired entries go, and the step gives up after
+    /// `MERGE_SEGMENTS` segments judged. Returns whether a segment went to
+    /// the free list. Corruption resets the shard (which empties it: the
+    /// caller finds room then).
+    pub(super) fn step(&self, evict: bool, now: &mut Now) -> bool {
+        let t = now.get();
+        // With the forced eviction, a segment frees within MERGE_SEGMENTS
+        // judged, plus a wrap's worth.
+        let limit = (MERGE_SEGMENTS + 2) * self.shard.seg_size;
+        let mut judged = 0;
+        while judged < limit {
+            let Some(p) = self.pass_in_move(evict, t, STEP_BUDGET) else { return false };
+            if p.freed {
+                return true;
+            }
+            if p.stuck || !evict && judged >= MERGE_SEGMENTS * self.shard.seg_size {
+                return false;
+            }
+            judged += p.examined.max(1);
+        }
+        false
+    }
+
+    /// Pay as you go (see the module comment): after a write moved the
+    /// bump pointer from `before`, passes worth `STEP_BUDGET` for each
+    /// `STEP_BUDGET / KEEP_AHEAD` boundary of the arena the append crossed,
+    /// while the head's last `1 / KEEP_AHEAD_WINDOW` fills, no segment is
+    /// free and none was ever left unused. Stops at the first segment freed.
+    pub(super) fn keep_ahead(&self, before: u64, now: &mut Now) {
+        if !self.segmented() {
+            return;
+        }
+        let after = self.hdr(sh::BUMP);
+        let chunk = (STEP_BUDGET / KEEP_AHEAD) as u64;
+        let size = self.shard.seg_size as u64;
+        let room = size - after % size;
+        if after / chunk == before / chunk
+            || room * KEEP_AHEAD_WINDOW as u64 > size
+            || self.hdr(sh::FREE) != NO_SEGMENT as u64
+            || self.hdr(sh::FRESH) < self.shard.seg_count as u64
+        {
+            return;
+        }
+        let crossed = if after > before { (after / chunk - before / chunk) as usize } else { 1 };
+        let t = now.get();
+        self.pass_in_move(true, t, STEP_BUDGET * crossed.min(MERGE_SEGMENTS * KEEP_AHEAD));
+    }
+}
