@@ -128,10 +128,11 @@ pub const KEEP_AHEAD_WINDOW: usize = 4;
 /// value's reference must fit in one.
 pub const MIN_SEGMENT_SIZE: usize = 96 * 1024;
 /// Fewest segments of a segmented arena: a smaller one is a single
-/// segment (shards under about 600 KiB). A segmented shard holds up to one
+/// segment (shards under about 850 KiB), compacted whole. Eight: a 1 MiB
+/// shard (nine segments) is segmented. A segmented shard holds up to one
 /// segment less than its arena (the head fills while the others are full),
 /// so few segments would waste much of a small shard.
-pub const MIN_SEGMENTS: usize = 16;
+pub const MIN_SEGMENTS: usize = 8;
 /// Segment link meaning "none" (the newest segment's next, an empty free list).
 pub const NO_SEGMENT: u32 = u32::MAX;
 /// Default target size of one shard when the caller leaves the count open:

@@ -72,15 +72,14 @@ struct Cursors {
 }
 
 impl<'a> ShardGuard<'a> {
-    /// The cursors, checked against the chain's words; put back at the
-    /// tail (both) when they do not describe a state the conveyor leaves.
-    fn cursors(&self, head: usize, tail: usize) -> Check<Cursors> {
+    /// The cursors as stored, if they describe a state the conveyor
+    /// leaves between passes (checked against the chain's words).
+    fn stored_cursors(&self, head: usize) -> Check<Option<Cursors>> {
         let size = self.shard.seg_size;
-        let at_tail = Cursors { w: tail, wp: 0, r: tail, rp: 0 };
         let (wh, rh) = (self.hdr(sh::HAND) as usize, self.hdr(sh::READ) as usize);
         let (w, wp, r, rp) = (wh / size, wh % size, rh / size, rh % size);
-        if w >= self.shard.seg_count || r >= self.shard.seg_count || w == head {
-            return Ok(at_tail);
+        if w >= self.fresh()? || r >= self.fresh()? || w == head {
+            return Ok(None);
         }
         let ok = if r == w {
             wp <= rp && rp <= self.seg_used(w)?
@@ -89,11 +88,32 @@ impl<'a> ShardGuard<'a> {
                 && wp == self.seg_used(w)?
                 && (r != head && rp <= self.seg_used(r)? || r == head && rp == 0)
         };
-        Ok(if ok && rp % ENTRY_ALIGN == 0 && wp % ENTRY_ALIGN == 0 {
-            Cursors { w, wp, r, rp }
-        } else {
-            at_tail
-        })
+        let aligned = rp % ENTRY_ALIGN == 0 && wp % ENTRY_ALIGN == 0;
+        Ok((ok && aligned).then_some(Cursors { w, wp, r, rp }))
+    }
+
+    /// The cursors, or both at the tail when the stored ones do not
+    /// describe a valid state (a fresh or reset shard, a hostile file).
+    fn cursors(&self, head: usize, tail: usize) -> Check<Cursors> {
+        let at_tail = Cursors { w: tail, wp: 0, r: tail, rp: 0 };
+        Ok(self.stored_cursors(head)?.unwrap_or(at_tail))
+    }
+
+    /// For `check`: the cursors are valid, or untouched since a reset
+    /// (both 0), or the chain is the head alone.
+    pub(super) fn check_cursors(&self) -> std::result::Result<(), String> {
+        let head = self.head().map_err(|c| c.0.to_string())?;
+        let tail = self.seg_hdr(sh::TAIL).map_err(|c| c.0.to_string())?;
+        let fresh_state = self.hdr(sh::HAND) == 0 && self.hdr(sh::READ) == 0;
+        match self.stored_cursors(head).map_err(|c| c.0.to_string())? {
+            Some(_) => Ok(()),
+            None if fresh_state || tail == head => Ok(()),
+            None => Err(format!(
+                "conveyor cursors out of step: hand {} read {}",
+                self.hdr(sh::HAND),
+                self.hdr(sh::READ)
+            )),
+        }
     }
 
     /// The bytes a survivor may fill in segment `s`: the segment, or less
@@ -149,19 +169,23 @@ impl<'a> ShardGuard<'a> {
                     let next = self
                         .seg_next(r)?
                         .ok_or(Corrupt("a segment before the head has no next"))?;
+                    let mut freed_now = false;
                     if r != w {
                         // Everything of `r` was judged: it leaves the chain.
                         self.set_seg(w, wp as u32, next as u32);
                         sealed_delta(wp as isize - w_used as isize - r_used as isize);
                         w_used = wp;
                         self.push_free(r);
-                        pass.freed = true;
+                        // An empty segment (a head sealed before it was
+                        // written: above a lazy file's reserved mark) frees
+                        // no room; it goes to the free list all the same.
+                        freed_now = r_used > 0;
                     } else if wp == 0 && w == tail {
                         // The tail kept nothing: it leaves the chain.
                         self.set_hdr(sh::TAIL, next as u64);
                         sealed_delta(-(r_used as isize));
                         self.push_free(w);
-                        pass.freed = true;
+                        freed_now = r_used > 0;
                         tail = next;
                         (w, wp, w_used) =
                             (next, 0, if next == head { 0 } else { self.seg_used(next)? });
@@ -171,7 +195,8 @@ impl<'a> ShardGuard<'a> {
                         sealed_delta(wp as isize - r_used as isize);
                         w_used = wp;
                     }
-                    if pass.freed {
+                    if freed_now {
+                        pass.freed = true;
                         since_free = 0;
                     }
                     r = next;

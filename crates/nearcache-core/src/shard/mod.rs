@@ -12,8 +12,10 @@
 //! * `optimistic`: gets without the lock, validated by `seq`.
 //! * `compaction`: dropping dead entries and SIEVE eviction, from the hand
 //!   or over the whole arena; giving memory back; evicting spilled values.
-//! * `segments`: the arena cut into fixed segments, a FIFO of them, and
-//!   the compaction step that merges a few at a time.
+//! * `segments`: the arena cut into fixed segments, a FIFO of them and
+//!   a free list, the head and its in-place compaction.
+//! * `conveyor`: eviction and compaction of the segments in passes of
+//!   bounded size, paid by writes as the head fills.
 //! * `repair`: salvage after a dead writer, resets after corruption, the
 //!   full invariant check.
 //! * `entry_ref`: [`EntryRef`], a found value handed to the caller.

@@ -3,8 +3,8 @@
 //!
 //! Layout (`layout::Geometry::segments`): the arena is `count` segments of
 //! `size` bytes (96 KiB to about 256 KiB: 1/32 of the arena, clamped, then
-//! the arena divided evenly); an arena shorter than `MIN_SEGMENTS` (16)
-//! minimum segments (shards under about 1.6 MiB) is one segment, the whole
+//! the arena divided evenly); an arena shorter than `MIN_SEGMENTS` (8)
+//! minimum segments (shards under about 850 KiB) is one segment, the whole
 //! arena, compacted whole as before segments (`compaction.rs`; bounded: the
 //! shard is small). A table of one word per segment sits between the shard
 //! header and the index: `next (u32) << 32 | used (u32)`. `used` is the bytes of entries
@@ -20,27 +20,17 @@
 //!   list (`FREE`); segments from `FRESH` on were never used. A full head
 //!   is sealed (its `used` written to the table) and a new head taken:
 //!   from the free list, else a fresh segment (lazy files prefer that to
-//!   evicting while the file system allows), else by one compaction step
-//!   (a few, if the first freed only segments above a lazy file's reserved
-//!   mark). A lazy shard refused growth with nothing else to take evicts
-//!   within the head itself (SIEVE in place, then all of it).
-//! * A compaction step (`step`) is SIEVE at segment granularity with merge
-//!   (Segcache, NSDI '21): the hand is a segment and an offset in it. From
-//!   the hand on, through at most `MERGE_SEGMENTS` segments in order (never
-//!   the head), dead and expired entries are dropped, unvisited ones
-//!   evicted and visited ones kept with their mark cleared; survivors are
-//!   copied down in order (they keep their relative age: SIEVE's order,
-//!   not CLOCK's) into the first of those segments, each moved entry's
-//!   slot rewritten in place and each evicted one's purged, and the step
-//!   stops as soon as one segment is empty; emptied segments go to the
-//!   free list, and the hand stops where the survivors end. A step that
-//!   reaches its last segment without freeing one evicts that segment
-//!   regardless of marks, so it always frees one (a step that reaches the
-//!   head first wraps the hand to the tail and tries once more). A step
-//!   reads at most `MERGE_SEGMENTS` segments and a write takes at most two
-//!   steps, whatever the shard's size (`sh::MAX_STEP_BYTES` records the
+//!   evicting while the file system allows), else by conveyor passes
+//!   (`conveyor.rs`) until one segment frees. A lazy shard refused growth
+//!   with nothing else to take evicts within the head itself (SIEVE in
+//!   place, then all of it).
+//! * Eviction and compaction of the segments before the head is the
+//!   conveyor's (`conveyor.rs`): SIEVE at segment granularity with merge
+//!   (Segcache, NSDI '21), in passes of bounded size that writes pay as
+//!   the head fills, so that no write and no reader waits for more than
+//!   one pass whatever the shard's size (`sh::MAX_STEP_BYTES` records the
 //!   most one write examined).
-//! * A step is a move (`seq` odd, `REWRITING` set): readers retry, versions
+//! * A pass is a move (`seq` odd, `REWRITING` set): readers retry, versions
 //!   stay unique (between moves a segment's `used` only grows, and a freed
 //!   segment is reused only after the move that freed it), a holder that
 //!   dies inside one leaves the shard to be reset. Sealing a head and
@@ -670,6 +660,6 @@ impl<'a> ShardGuard<'a> {
                 self.hdr(sh::SEALED_BYTES)
             ));
         }
-        Ok(())
+        self.check_cursors()
     }
 }
