@@ -117,13 +117,13 @@ pub const MERGE_SEGMENTS: usize = 4;
 pub const STEP_BUDGET: usize = 16 * 1024;
 /// Conveyor passes paid per `STEP_BUDGET` of appends while the last
 /// `1 / KEEP_AHEAD_WINDOW` of the head fills and no segment is free (one
-/// pass each `STEP_BUDGET / KEEP_AHEAD` bytes appended): up to 16 bytes
-/// judged per byte appended over a quarter of a segment, the
+/// pass each `STEP_BUDGET / KEEP_AHEAD` bytes appended): up to 32 bytes
+/// judged per byte appended over an eighth of a segment, the
 /// `MERGE_SEGMENTS` segments it takes at most to free one, so a free
 /// segment is ready when the head fills.
-pub const KEEP_AHEAD: usize = 16;
+pub const KEEP_AHEAD: usize = 32;
 /// The part of the head (one over this) whose filling pays conveyor passes.
-pub const KEEP_AHEAD_WINDOW: usize = 4;
+pub const KEEP_AHEAD_WINDOW: usize = 8;
 /// Smallest segment: an entry with the longest key (64 KiB) and a spilled
 /// value's reference must fit in one.
 pub const MIN_SEGMENT_SIZE: usize = 96 * 1024;

@@ -26,7 +26,7 @@
 //!   to the read cursor), so every walk (repair, `check`, resize, the
 //!   spill sweep) reads the segments as it always did.
 //! * Pay as you go: once every segment is in use and the free list is
-//!   empty, while the last `1 / KEEP_AHEAD_WINDOW` of the head fills, a
+//!   empty, while the last `1 / KEEP_AHEAD_WINDOW` (an eighth) of the head fills, a
 //!   write whose append crosses a `STEP_BUDGET / KEEP_AHEAD` boundary of
 //!   the arena runs one pass (`keep_ahead`), which stops at the first
 //!   segment it frees. That window's passes judge `MERGE_SEGMENTS`
@@ -39,12 +39,17 @@
 //!   segment last came free; past `MERGE_SEGMENTS - 1` segments of them
 //!   an evicting pass evicts every live entry it reads until a segment
 //!   frees (visited or not), as the merge of a fixed number of segments
-//!   did before.
+//!   did before. A shard whose live entries fill less than 90% of its
+//!   segments' room (the rest dead copies of overwritten entries and
+//!   deleted ones) evicts nothing in the first two segments judged since
+//!   a segment came free: dead bytes go first, as a compaction of a shard
+//!   of one segment does (`COMPACT_FREE_PERCENT`).
 //! * Every word is checked: cursors that do not describe a valid state
 //!   (a hostile or stale file) are put back at the tail, which is always
 //!   safe because every segment is whole entries between passes; entries
 //!   are parsed with the same checks as everywhere.
 
+use super::compaction::COMPACT_FREE_PERCENT;
 use super::{Check, Corrupt, Now, ShardGuard};
 use crate::hash::tag_of;
 use crate::layout::*;
@@ -143,6 +148,11 @@ impl<'a> ShardGuard<'a> {
         let active = self.active_slots()?;
         let reserved = self.arena_reserved()?;
         let force_after = (MERGE_SEGMENTS - 1) * size;
+        // Without pressure (live entries under 90% of the room segments
+        // give them: the rest is dead copies and deleted entries) the first
+        // two segments judged since a segment came free only drop the dead
+        // and expired; SIEVE evicts only after that.
+        let sieve_after = if self.under_pressure(reserved) { 0 } else { 2 * size };
         let mut since_free = (self.hdr(sh::SINCE_FREE) as usize).min(force_after + size);
         let Cursors { mut w, mut wp, mut r, mut rp } = self.cursors(head, tail)?;
         // `w`'s used bytes as its table word says, while `w != r`: the
@@ -236,7 +246,8 @@ impl<'a> ShardGuard<'a> {
                 self.find_slot(tag, e.off, active)?.ok_or(Corrupt("a live entry has no slot"))?;
             let visited = self.slot(slot) & SLOT_VISITED != 0;
             let force = evict && since_free > force_after;
-            if e.expired(t) || evict && (force || !visited) {
+            let sieve = evict && since_free > sieve_after;
+            if e.expired(t) || force || sieve && !visited {
                 self.note_dropped(&e);
                 self.set_slot(slot, TOMBSTONE);
                 purge.push(slot);
@@ -305,6 +316,17 @@ impl<'a> ShardGuard<'a> {
         Ok(pass)
     }
 
+    /// Whether live entries fill at least 90% of the room the segments give
+    /// entries (all but the head's, within the reserved arena): SIEVE then
+    /// evicts from the first entry judged; below, dead copies go first
+    /// (`COMPACT_FREE_PERCENT` for shards of one segment).
+    fn under_pressure(&self, reserved: usize) -> bool {
+        let size = self.shard.seg_size;
+        let room = reserved.min(self.shard.seg_count * size).saturating_sub(size);
+        let live = self.hdr(sh::LIVE_BYTES) as usize;
+        live.saturating_mul(100) >= room.saturating_mul(100 - COMPACT_FREE_PERCENT)
+    }
+
     /// Run one pass inside its own move; corruption resets the shard.
     fn pass_in_move(&self, evict: bool, t: u64, budget: usize) -> Option<Pass> {
         self.begin_move();
@@ -340,7 +362,7 @@ impl<'a> ShardGuard<'a> {
     }
 
     /// Pay as you go (see the module comment): after a write moved the
-    /// bump pointer from `before`, passes worth `STEP_BUDGET` for each
+    /// bump pointer from `before`, a pass of `STEP_BUDGET` for each
     /// `STEP_BUDGET / KEEP_AHEAD` boundary of the arena the append crossed,
     /// while the head's last `1 / KEEP_AHEAD_WINDOW` fills, no segment is
     /// free and none was ever left unused. Stops at the first segment freed.
@@ -361,6 +383,13 @@ impl<'a> ShardGuard<'a> {
         }
         let crossed = if after > before { (after / chunk - before / chunk) as usize } else { 1 };
         let t = now.get();
-        self.pass_in_move(true, t, STEP_BUDGET * crossed.min(MERGE_SEGMENTS * KEEP_AHEAD));
+        // A large append pays several passes, each its own move: a reader
+        // waits for one pass at most.
+        for _ in 0..crossed.min(MERGE_SEGMENTS * KEEP_AHEAD) {
+            match self.pass_in_move(true, t, STEP_BUDGET) {
+                Some(p) if !p.freed && !p.stuck => {}
+                _ => break,
+            }
+        }
     }
 }
