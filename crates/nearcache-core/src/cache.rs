@@ -1611,6 +1611,24 @@ const REDIRECTS: usize = 64;
 /// its resizer is still alive.
 const PROBE_MS: u64 = 50;
 
+/// What the record of the file in use says, as [`Cache::routed`] hands it
+/// to its caller (a finished resize and a corrupt record are dealt with
+/// there).
+#[derive(Debug, Clone, Copy)]
+enum Found {
+    /// No migration: the file is the whole cache.
+    Idle,
+    /// Migration `id` is moving the file's shards to a new file.
+    Migrating(u64),
+}
+
+/// What a caller of [`Cache::routed`] made of one attempt.
+enum Step<T> {
+    Done(T),
+    /// Read the record again: the file changed under the call.
+    Again,
+}
+
 /// One file this handle has used, kept until the handle is dropped (a file
 /// left after a resize holds only address space: zero pages).
 struct Node {
@@ -1784,21 +1802,74 @@ impl Cache {
         Store::open_as(file_path, &self.path, &self.opts, None)
     }
 
+    /// The new file of a migration, at `temp`; `None` if it is no longer
+    /// there (renamed over the path since its lock was tried: the move is
+    /// over, or about to be recorded so, and the caller reads the record
+    /// again).
+    fn open_new_file(&self, temp: &Path) -> Result<Option<Store>> {
+        match self.open_store(temp) {
+            Ok(s) => Ok(Some(s)),
+            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// After an open: follow a finished resize, finish one whose resizer
     /// died, reset a corrupt record.
     fn settle_open(&self) -> Result<()> {
-        for _ in 0..REDIRECTS {
+        self.routed(|node, found, _| match found {
+            Found::Idle => Ok(Step::Done(())),
+            Found::Migrating(id) => {
+                Ok(if self.target(node, id)?.is_some() { Step::Done(()) } else { Step::Again })
+            }
+        })
+    }
+
+    /// The routing loop of every call that meets a resize: read the
+    /// record of the file in use, follow a finished resize (or a file
+    /// this process left), reset a corrupt record, and hand the file and
+    /// what its record says (no migration, or migration `id` under way) to
+    /// `arm`, until `arm` is done or [`REDIRECTS`] attempts have passed
+    /// (the attempt number is `arm`'s third argument).
+    ///
+    /// The retirement is read after the record, never before:
+    /// `Mapping::retire` marks the mapping retired before it replaces its
+    /// pages with zeros, and zeros read as "no migration". A file found
+    /// not retired after its record was read gave its real record; a
+    /// file retired in between (another handle of this process followed a
+    /// resize meanwhile) is followed instead. Read the other way round, a
+    /// retirement between the two reads handed `arm` the zero pages as an
+    /// idle file: an open that then resized published its migration on
+    /// them and renamed an empty file over the cache, losing every entry
+    /// written since the resize that had retired them (see
+    /// `tests/resize.rs`, the racing openers).
+    fn routed<T>(&self, mut arm: impl FnMut(&Node, Found, usize) -> Result<Step<T>>) -> Result<T> {
+        for attempt in 0..REDIRECTS {
+            if attempt >= 8 {
+                std::thread::sleep(std::time::Duration::from_micros(100 << (attempt / 8)));
+            }
             let node = self.node();
             let w = node.store.migration_word();
-            match resize::decode(w) {
-                Record::None => return Ok(()),
-                Record::Moved(_) => self.follow(node)?,
-                Record::Corrupt => resize::reset_record(&node.store, w)?,
-                Record::Migrating(id) => {
-                    if self.target(node, id)?.is_some() {
-                        return Ok(());
-                    }
+            if node.store.retired() {
+                self.follow(node)?;
+                continue;
+            }
+            let found = match resize::decode(w) {
+                Record::None => Found::Idle,
+                Record::Migrating(id) => Found::Migrating(id),
+                Record::Moved(_) => {
+                    self.follow(node)?;
+                    continue;
                 }
+                Record::Corrupt => {
+                    resize::reset_record(&node.store, w)?;
+                    continue;
+                }
+            };
+            if let Step::Done(t) = arm(node, found, attempt)? {
+                return Ok(t);
             }
         }
         Err(self.kept_moving())
@@ -1860,7 +1931,8 @@ impl Cache {
                 let s = match cached {
                     Some(s) => s,
                     None => {
-                        let s = Arc::new(self.open_store(&temp)?);
+                        let Some(s) = self.open_new_file(&temp)? else { return Ok(None) };
+                        let s = Arc::new(s);
                         *lock_ignoring_poison(&node.next) = Some((id, s.clone()));
                         s
                     }
@@ -1872,7 +1944,10 @@ impl Cache {
                 if node.store.migration_word() == word {
                     let s = match cached {
                         Some(s) => s,
-                        None => Arc::new(self.open_store(&temp)?),
+                        None => match self.open_new_file(&temp)? {
+                            Some(s) => Arc::new(s),
+                            None => return Ok(None),
+                        },
                     };
                     resize::drive(&node.store, &s, id, &self.path, &temp)?;
                 }
@@ -1939,35 +2014,19 @@ impl Cache {
     }
 
     #[cold]
+    #[inline(never)]
     fn keyed_slow<T>(
         &self,
         key: &[u8],
         read: bool,
         mut f: impl FnMut(&Store) -> Result<T>,
     ) -> Result<T> {
-        for attempt in 0..REDIRECTS {
-            if attempt >= 8 {
-                std::thread::sleep(std::time::Duration::from_micros(100 << (attempt / 8)));
-            }
-            let node = self.node();
-            if node.store.retired() {
-                self.follow(node)?;
-                continue;
-            }
-            let w = node.store.migration_word();
+        self.routed(|node, found, attempt| {
             let next;
-            let target = match resize::decode(w) {
-                Record::None => &node.store,
-                Record::Moved(_) => {
-                    self.follow(node)?;
-                    continue;
-                }
-                Record::Corrupt => {
-                    resize::reset_record(&node.store, w)?;
-                    continue;
-                }
-                Record::Migrating(id) => {
-                    let Some(s) = self.target(node, id)? else { continue };
+            let target = match found {
+                Found::Idle => &node.store,
+                Found::Migrating(id) => {
+                    let Some(s) = self.target(node, id)? else { return Ok(Step::Again) };
                     if node.store.is_moved(node.store.shard_index(key)) {
                         next = s;
                         &*next
@@ -1978,47 +2037,45 @@ impl Cache {
             };
             let r = f(target);
             match &r {
-                Err(Error::Moved) if w == 0 && attempt >= 2 => {
+                Err(Error::Moved) if matches!(found, Found::Idle) && attempt >= 2 => {
                     // Sealed with no migration recorded (a record reset
                     // by hand, or a hostile file): empty those shards.
                     resize::reset_record(&node.store, 0)?;
+                    Ok(Step::Again)
                 }
-                Err(Error::Moved) => continue,
-                _ if (read || r.is_err()) && target.retired() => continue,
-                _ => return r,
+                Err(Error::Moved) => Ok(Step::Again),
+                _ if (read || r.is_err()) && target.retired() => Ok(Step::Again),
+                _ => r.map(Step::Done),
             }
-        }
-        Err(self.kept_moving())
+        })
     }
 
     /// Run `f` on the whole cache: one file, so during a migration this
-    /// waits for it to end (finishing it if its resizer died).
+    /// waits for it to end (finishing it if its resizer died). `f` runs
+    /// again on the new file if the one it ran on was left meanwhile (what
+    /// it read there may have been zeros), so it must be a question or an
+    /// idempotent change (`len`, `stats`, `clear`, `check`, a sweep).
     fn whole<T>(&self, mut f: impl FnMut(&Store) -> Result<T>) -> Result<T> {
-        for attempt in 0..REDIRECTS {
-            let node = self.node();
-            if node.store.retired() {
-                self.follow(node)?;
-                continue;
-            }
-            let w = node.store.migration_word();
-            match resize::decode(w) {
-                Record::None => {
-                    let r = f(&node.store);
-                    match &r {
-                        // Sealed shards and no migration recorded: see
-                        // `keyed_slow`.
-                        Err(Error::Moved) if attempt >= 2 => resize::reset_record(&node.store, 0)?,
-                        Err(Error::Moved) => {}
-                        Err(_) if node.store.retired() => {}
-                        _ => return r,
+        self.routed(|node, found, attempt| match found {
+            Found::Idle => {
+                let r = f(&node.store);
+                match &r {
+                    // Sealed shards and no migration recorded: see
+                    // `keyed_slow`.
+                    Err(Error::Moved) if attempt >= 2 => {
+                        resize::reset_record(&node.store, 0)?;
+                        Ok(Step::Again)
                     }
+                    Err(Error::Moved) => Ok(Step::Again),
+                    _ if node.store.retired() => Ok(Step::Again),
+                    _ => r.map(Step::Done),
                 }
-                Record::Moved(_) => self.follow(node)?,
-                Record::Corrupt => resize::reset_record(&node.store, w)?,
-                Record::Migrating(id) => self.settle(node, id)?,
             }
-        }
-        Err(self.kept_moving())
+            Found::Migrating(id) => {
+                self.settle(node, id)?;
+                Ok(Step::Again)
+            }
+        })
     }
 
     /// Resize the cache, live, to `size` bytes (and `shards` shards, 0 to
@@ -2035,33 +2092,26 @@ impl Cache {
     /// file has does nothing.
     pub fn resize(&self, size: usize, shards: usize) -> Result<Geometry> {
         let want = Geometry::for_size(size, shards)?;
+        self.live()?;
         let mut adopted = false;
-        for _ in 0..REDIRECTS {
+        self.routed(|node, found, _| {
             self.live()?;
-            let node = self.node();
-            if node.store.retired() {
-                self.follow(node)?;
-                continue;
-            }
-            let w = node.store.migration_word();
-            match resize::decode(w) {
-                Record::None => {
+            match found {
+                Found::Idle => {
                     if adopted || same_shape(node.store.geometry(), &want) {
-                        return Ok(*node.store.geometry());
+                        return Ok(Step::Done(*node.store.geometry()));
                     }
                     if !self.migrate(node, size, shards)? {
                         adopted = true;
                     }
                 }
-                Record::Moved(_) => self.follow(node)?,
-                Record::Corrupt => resize::reset_record(&node.store, w)?,
-                Record::Migrating(id) => {
+                Found::Migrating(id) => {
                     self.settle(node, id)?;
                     adopted = true;
                 }
             }
-        }
-        Err(self.kept_moving())
+            Ok(Step::Again)
+        })
     }
 
     /// Move `node`'s file to a new one of `size` bytes and `shards`
@@ -2084,7 +2134,12 @@ impl Cache {
         };
         let at = resize::abort_step();
         resize::step(at, 1);
-        if !resize::publish(&node.store, id) {
+        // The retirement is read after the compare-and-swap: a mapping
+        // retired meanwhile (another handle of this process followed a
+        // resize that finished first) may have taken it on its zero pages,
+        // which read as "no migration". That resize won: adopt it.
+        let published = resize::publish(&node.store, id);
+        if !published || node.store.retired() {
             let _ = std::fs::remove_file(&temp);
             drop(owner);
             return Ok(false);

@@ -256,9 +256,12 @@ impl Mapping {
         }
     }
 
-    /// Whether [`Mapping::retire`] ran.
+    /// Whether [`Mapping::retire`] ran (or is running: the flag is set
+    /// before the pages are replaced, so a read of the mapping followed
+    /// by this check finding `false` read the file, not zeros).
+    #[inline]
     pub(crate) fn retired(&self) -> bool {
-        self.retired.load(Ordering::Relaxed)
+        self.retired.load(Ordering::Acquire)
     }
 
     /// The file's `(st_dev, st_ino)`.
