@@ -354,14 +354,48 @@ impl Store {
         }
     }
 
+    /// The shard of `key` and its hash. Checks only that the handle is
+    /// open: a mapping left after a resize, or broken by a truncation, is
+    /// zero pages, which fail every shard's checks; the error says which
+    /// ([`Store::explain`]) once it happens, so the hot path reads no more
+    /// per call.
     #[inline]
     fn route(&self, key: &[u8]) -> Result<(&Shard, u64)> {
-        self.live()?;
+        if self.closed.load(Ordering::Relaxed) {
+            return Err(Error::Closed);
+        }
         if key.is_empty() || key.len() > MAX_KEY_LEN {
             return Err(Error::BadKey { len: key.len(), max: MAX_KEY_LEN });
         }
         let h = hash_key(self.geo.seed, key);
         Ok((&self.shards[shard_of(h, self.geo.shard_count)], h))
+    }
+
+    /// `e`, from an operation on this file, or the error of a mapping
+    /// truncated by another program, which is what made it (see
+    /// [`Store::route`]).
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn explain(&self, e: Error) -> Error {
+        if matches!(e, Error::Closed | Error::Moved) || self.retired() || !self.map.broken() {
+            return e;
+        }
+        self.live().err().unwrap_or(e)
+    }
+
+    /// `Some(r)` (explained) if the failed result `r` of an operation on
+    /// this file is final; `None` if the call must be routed again: the
+    /// shard moved to a resize's new file, or this process left the file
+    /// (its zero pages fail any operation).
+    #[cold]
+    #[inline(never)]
+    fn final_error<T>(&self, r: Result<T>) -> Option<Result<T>> {
+        match r {
+            Err(Error::Moved) => None,
+            Err(_) if self.retired() => None,
+            Err(e) => Some(Err(self.explain(e))),
+            ok => Some(ok),
+        }
     }
 
     /// Lock `shard` for a change: a timeout is an error, and so is a
@@ -1633,15 +1667,38 @@ enum Step<T> {
 /// left after a resize holds only address space: zero pages).
 struct Node {
     store: Store,
+    /// The file's migration record (`fh::MIGRATION` in its header), the
+    /// word the fast path of every call loads: its address kept here, so
+    /// the load follows no pointer of the store.
+    record: std::ptr::NonNull<AtomicU64>,
     /// The new file of the migration in progress, with its id.
     next: Mutex<Option<(u64, Arc<Store>)>>,
     /// Unix ms of the last check that the resizer is alive.
     probed_ms: AtomicU64,
 }
 
+// SAFETY: `record` points into the mapping `store` holds (an Arc), which
+// is shared between threads as the store is; it is only read atomically.
+unsafe impl Send for Node {}
+// SAFETY: see Send.
+unsafe impl Sync for Node {}
+
 impl Node {
     fn new(store: Store) -> Box<Node> {
-        Box::new(Node { store, next: Mutex::new(None), probed_ms: AtomicU64::new(0) })
+        let record = std::ptr::NonNull::from(header_word(store.mapping(), fh::MIGRATION));
+        Box::new(Node { store, record, next: Mutex::new(None), probed_ms: AtomicU64::new(0) })
+    }
+
+    /// Whether the record says no migration, with one relaxed load (the
+    /// fast path's only routing check). Relaxed is enough: a call that
+    /// misses a migration starting meanwhile is caught by the seal of the
+    /// shard it uses (see [`Cache::keyed`]).
+    #[inline(always)]
+    fn idle(&self) -> bool {
+        // SAFETY: the word is in the header page of the mapping `store`
+        // holds, which stays mapped (file or zero pages) as long as the
+        // node; every process accesses it only atomically.
+        unsafe { self.record.as_ref() }.load(Ordering::Relaxed) == 0
     }
 }
 
@@ -1990,7 +2047,22 @@ impl Cache {
 
     /// Run `f` on the file that holds `key` now. `read`: `f` changes
     /// nothing, so it may run again if the file was left meanwhile.
-    #[inline]
+    ///
+    /// The fast path (no migration recorded) is one relaxed load of the
+    /// record and a branch, then `f` on the file in use, and a branch on
+    /// its result. It checks nothing else per call:
+    /// * a migration that starts after the load is met by the seal of the
+    ///   shard `f` uses (an optimistic get fails its validation, a locker
+    ///   gets [`Error::Moved`]): nothing is read from, or written to, a
+    ///   shard after it moved;
+    /// * a file this process left (retired: zero pages) fails every
+    ///   shard's checks (`intact`), so `f` fails, and only then is the
+    ///   retirement read;
+    /// * a file truncated under the mapping (zero pages too) is named in
+    ///   the error only then ([`Store::explain`]).
+    ///
+    /// Errors, and calls during a migration, take [`Cache::keyed_slow`].
+    #[inline(always)]
     fn keyed<T>(
         &self,
         key: &[u8],
@@ -1998,28 +2070,27 @@ impl Cache {
         mut f: impl FnMut(&Store) -> Result<T>,
     ) -> Result<T> {
         let node = self.node();
-        if node.store.migration_word() == 0 {
+        if node.idle() {
             let r = f(&node.store);
-            match &r {
-                Ok(_) => return r,
-                Err(Error::Moved) => {}
-                // Zero pages of a file this process left meanwhile: any
-                // read of them fails its checks (a validated get never
-                // sees them: `seq` changes), so only errors are redone.
-                Err(_) if node.store.retired() => {}
-                Err(_) => return r,
+            if r.is_ok() {
+                return r;
+            }
+            if let Some(e) = node.store.final_error(r) {
+                return e;
             }
         }
-        self.keyed_slow(key, read, f)
+        self.keyed_slow(key, read, &mut f)
     }
 
+    /// [`Cache::keyed`] past its fast path: one instance per result type
+    /// (`f` is a trait object), out of the fast path's way.
     #[cold]
     #[inline(never)]
     fn keyed_slow<T>(
         &self,
         key: &[u8],
         read: bool,
-        mut f: impl FnMut(&Store) -> Result<T>,
+        f: &mut dyn FnMut(&Store) -> Result<T>,
     ) -> Result<T> {
         self.routed(|node, found, attempt| {
             let next;
@@ -2045,7 +2116,7 @@ impl Cache {
                 }
                 Err(Error::Moved) => Ok(Step::Again),
                 _ if (read || r.is_err()) && target.retired() => Ok(Step::Again),
-                _ => r.map(Step::Done),
+                _ => r.map(Step::Done).map_err(|e| target.explain(e)),
             }
         })
     }
@@ -2228,7 +2299,12 @@ impl Cache {
         key: &[u8],
         mut f: impl FnMut(EntryRef<'_>) -> R,
     ) -> Result<Option<R>> {
-        self.keyed(key, true, |s| s.get_with(key, &mut f))
+        self.keyed(
+            key,
+            true,
+            #[inline(always)]
+            |s| s.get_with(key, &mut f),
+        )
     }
 
     /// [`Cache::get_with`] under the shard lock: `f` runs at most once, on
@@ -2371,7 +2447,7 @@ impl Cache {
         mut f: impl FnMut(usize, EntryRef<'_>),
     ) -> Result<()> {
         let node = self.node();
-        if node.store.migration_word() == 0 {
+        if node.idle() {
             let mut seen = vec![false; keys.len()];
             let r = node.store.get_many_with(keys, |i, e| {
                 seen[i] = true;
@@ -2416,11 +2492,13 @@ impl Cache {
         ttl_ms: u64,
     ) -> Result<()> {
         let node = self.node();
-        if node.store.migration_word() == 0 {
-            match node.store.set_many(items, ttl_ms) {
-                Err(Error::Moved) => {}
-                Err(_) if node.store.retired() => {}
-                r => return r,
+        if node.idle() {
+            let r = node.store.set_many(items, ttl_ms);
+            if r.is_ok() {
+                return r;
+            }
+            if let Some(r) = node.store.final_error(r) {
+                return r;
             }
         }
         for (k, v, fl) in items {
@@ -2444,11 +2522,13 @@ impl Cache {
     /// Delete many keys; returns how many were present.
     pub fn delete_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<usize> {
         let node = self.node();
-        if node.store.migration_word() == 0 {
-            match node.store.delete_many(keys) {
-                Err(Error::Moved) => {}
-                Err(_) if node.store.retired() => {}
-                r => return r,
+        if node.idle() {
+            let r = node.store.delete_many(keys);
+            if r.is_ok() {
+                return r;
+            }
+            if let Some(r) = node.store.final_error(r) {
+                return r;
             }
         }
         let mut n = 0;

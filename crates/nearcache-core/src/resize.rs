@@ -15,9 +15,10 @@
 //!   [`groups_for`]).
 //!
 //! Every operation loads `MIGRATION` (a word that only resizes write, so
-//! the load stays a shared read) and takes the slow path only when it is
-//! not zero: a key whose group is marked moved goes to the new file, any
-//! other to the old one.
+//! the load stays a shared read; one relaxed load, see `Cache::keyed`) and
+//! takes the slow path only when it is not zero (or the call failed): a key
+//! whose group is marked moved goes to the new file, any other to the old
+//! one.
 //!
 //! The new file keeps the old file's hash seed, so the keys of one group
 //! go to the same few new shards (those of a grow's old shard, or the one
