@@ -458,6 +458,33 @@ fn a_shrink_after_a_grow_still_keeps_the_newest() {
     a.check().unwrap();
 }
 
+/// A file larger than the engine retires inline (16 MiB) is let go by a
+/// thread of its own, chunk by chunk: every handle follows at once and
+/// sees every entry, and the old file's mappings and descriptors are gone
+/// soon after, with no call of the handles' waiting for it.
+#[test]
+fn a_large_file_is_let_go_in_the_background() {
+    let d = shm_dir("bigretire");
+    let a = open(&d, "c", 48 << 20, 16);
+    let b = Cache::open(d.file("c"), &as_is()).unwrap();
+    let n = 60_000;
+    fill(&a, n, 400); // touches most pages of the 48 MiB file
+    let old = ino(&d.file("c"));
+    assert_eq!(held(old), 2);
+    a.resize(64 << 20, 16).unwrap();
+    for c in [&a, &b] {
+        assert!(present(c, n).iter().all(|&p| p), "an entry was lost by the grow");
+        assert_eq!(c.geometry().shard_count, 16);
+    }
+    let start = Instant::now();
+    while held(old) != 0 {
+        assert!(start.elapsed() < Duration::from_secs(20), "the old file is still held");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    fill(&a, 1000, 400);
+    a.check().unwrap();
+}
+
 /// Rounds of the racing-openers tests: one round lost an entry about once
 /// in 15 before the routing read the record before the retirement (see
 /// `Cache::routed`), so 40 rounds catch that in nearly every run, in well
