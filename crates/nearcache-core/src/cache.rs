@@ -2012,10 +2012,18 @@ impl Cache {
                 Ok(None)
             }
             Owner::Gone => {
-                // Renamed over the path (its resizer died before the
-                // record said so), or removed.
+                // Renamed over the path by its resizer (which may have
+                // died before the record said so): the only way a new
+                // file of ours goes while its record names it. The move
+                // is over, and the path names the cache: that file, or
+                // the file of a later resize of it (which may have been
+                // quick enough to finish meanwhile: no check of the file's
+                // origin, then). Only a path that still names this very
+                // file (a record no resize of ours leaves) resets it.
                 match self.open_store(&self.path) {
-                    Ok(s) if resize::built_by(&s, id) => resize::finish_record(&node.store, id),
+                    Ok(s) if s.mapping().id() != node.store.mapping().id() => {
+                        resize::finish_record(&node.store, id)
+                    }
                     _ => resize::reset_record(&node.store, word)?,
                 }
                 Ok(None)

@@ -324,6 +324,34 @@ fn a_resizer_killed_at_any_step_leaves_a_usable_cache() {
     }
 }
 
+/// A resizer killed after renaming its new file over the path, before its
+/// record said so, and the cache resized again from the path meanwhile:
+/// a process still on the first file finds the first new file gone and
+/// the path naming a later one. The migration is over (its file was
+/// renamed into place; only that removes it), so that process follows
+/// the path; it must not take the gone file for a removed one and reset
+/// its record (it would go on, alone, on the first file, emptied).
+#[test]
+fn a_process_left_behind_by_two_resizes_follows_the_path() {
+    let d = shm_dir("chain");
+    let path = d.file("c");
+    let a = open(&d, "c", 1 << 20, 4);
+    fill(&a, 800, 100);
+    // 4 groups: step 3 + 4 = the new file complete, 8 = renamed.
+    let mut child = spawn_child("resize", &path, &format!("{}:8", 4 << 20), Some(8));
+    assert!(!child.wait().unwrap().success(), "the resizer was meant to abort");
+    // Another handle opens the path (the first new file, whole) and
+    // resizes it again.
+    let b = Cache::open(&path, &as_is()).unwrap();
+    b.resize(8 << 20, 16).unwrap();
+    assert!(present(&b, 800).iter().all(|&p| p));
+    // The first handle, still on the first file, follows to the last.
+    assert!(present(&a, 800).iter().all(|&p| p), "an entry was lost");
+    assert_eq!(a.geometry().shard_count, 16);
+    a.set(b"after", b"both see it", 0, 0).unwrap();
+    assert_eq!(b.get(b"after").unwrap().unwrap().data, b"both see it");
+}
+
 #[test]
 fn concurrent_resizers_agree_on_one_result() {
     let d = shm_dir("race");
