@@ -64,8 +64,20 @@ def _fs_used(path: str) -> int:
     return (st.f_blocks - st.f_bfree) * st.f_frsize
 
 
-def _holding(inodes: set[int]) -> int:
-    """Mappings and descriptors of this process on files with these inodes."""
+def _holding(inodes: set[int], within: float = 10.0) -> int:
+    """Mappings and descriptors of this process on files with these inodes,
+    once none is left or after ``within`` seconds (a mapping of more than
+    16 MiB is let go by a thread of the engine's, in the background, soon
+    after the call that followed the resize)."""
+    deadline = time.monotonic() + within
+    while True:
+        held = _held_now(inodes)
+        if held == 0 or time.monotonic() >= deadline:
+            return held
+        time.sleep(0.05)
+
+
+def _held_now(inodes: set[int]) -> int:
     held = 0
     with open("/proc/self/maps") as maps:
         for line in maps:

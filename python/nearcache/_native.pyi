@@ -291,7 +291,10 @@ class NativeCache:
         ``held_bytes`` is the memory the file holds (its reserved pages, the
         file header included): a cache file is sparse and its shards reserve
         space as they fill, so this follows what is stored, up to
-        ``file_bytes``.
+        ``file_bytes``. ``max_compaction_bytes`` is a maximum, not a sum: the
+        most arena bytes the compactions of one write examined, in any
+        shard (what a reader of that shard could wait for), bounded by a
+        few segments whatever the shard's size.
         """
     def shard_stats(self) -> list[dict[str, int]]:
         """Counters of each shard (``held_bytes``: that shard's reserved pages)."""

@@ -35,6 +35,8 @@ metric                                 type     meaning
 ``nearcache_live_bytes`` ...           gauge    bytes of live entries (also ``used_bytes``,
                                                 ``capacity_bytes``)
 ``nearcache_lock_timeouts_total``      counter  async lock acquisitions that gave up
+``nearcache_max_compaction_bytes``     gauge    most arena bytes one write's compactions read,
+                                                in any shard (a maximum: bounded work per write)
 ``nearcache_l1_hits_total``            counter  tiered: reads served by this host's L1
 ``nearcache_l2_hits_total``            counter  tiered: L1 misses served by L2
 ``nearcache_l2_errors_total``          counter  tiered: failed L2 (or channel) operations
@@ -155,6 +157,7 @@ HELP: Final = {
     "spilled_bytes": "Bytes of the values kept in files beside the cache.",
     "spilled_values": "Values kept in files beside the cache.",
     "spill_refused": "Spilled values refused (file missing, changed or not the cache's own).",
+    "max_compaction_bytes": "Most arena bytes one write's compactions examined, in any shard.",
     "l1_hits": "Tiered reads served by this host's L1.",
     "l2_hits": "Tiered reads that missed L1 and were served by L2.",
     "l2_errors": "Failed L2 or invalidation-channel operations.",

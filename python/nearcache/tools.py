@@ -472,6 +472,7 @@ def _top_view(
     fill = now["used_bytes"] / now["capacity_bytes"] if now["capacity_bytes"] else 0.0
     table.add_row("fill", "", f"{fill:.1%}")
     table.add_row("held memory", "", _fmt_bytes(now["held_bytes"] + now["spilled_bytes"]))
+    table.add_row("largest compaction", "", _fmt_bytes(now.get("max_compaction_bytes", 0)))
     table.add_row("processes", "", str(pids))
     view: RenderableType = table
     return view

@@ -204,7 +204,8 @@ def test_top_once_and_iterations(alpha: Cache, capsys: pytest.CaptureFixture[str
     alpha.get("miss")
     code, out, _ = _run(capsys, "top", "alpha", "--once", "--interval", "0.05")
     assert code == 0
-    for label in ("operations", "hit ratio", "evictions", "lock timeouts", "held memory"):
+    labels = ("operations", "hit ratio", "evictions", "lock timeouts", "held memory")
+    for label in (*labels, "largest compaction"):
         assert label in out, label
     hit_line = next(ln for ln in out.splitlines() if "hit ratio" in ln)
     assert "0.900" in hit_line  # total: 9 hits, 1 miss

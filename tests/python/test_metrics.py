@@ -52,6 +52,19 @@ def test_samples_follow_the_engine_counters(cache: Cache) -> None:
     assert found[("nearcache_evictions_total", "counter")] == stats["evictions"]
     assert found[("nearcache_resets_total", "counter")] == stats["resets"]
     assert found[("nearcache_capacity_bytes", "gauge")] == stats["capacity_bytes"]
+    assert found[("nearcache_max_compaction_bytes", "gauge")] == stats["max_compaction_bytes"]
+
+
+def test_the_largest_compaction_is_a_gauge(cache: Cache) -> None:
+    for i in range(20_000):  # several times the 1 MiB cache: compactions evict
+        cache.set(i, b"v" * 150)
+    stats = cache.stats()
+    assert stats["max_compaction_bytes"] > 0
+    found = {(s.full_name, s.kind): s.value for s in samples({"c": cache})}
+    assert found[("nearcache_max_compaction_bytes", "gauge")] == stats["max_compaction_bytes"]
+    text = format_prometheus(samples({"c": cache}))
+    assert "# TYPE nearcache_max_compaction_bytes gauge" in text
+    assert "# HELP nearcache_max_compaction_bytes Most arena bytes" in text
 
 
 def test_text_format_parses_and_escapes(cache: Cache) -> None:
@@ -159,6 +172,7 @@ def test_cli_prints_the_prometheus_format(tmp_path: Path) -> None:
     parsed = parse(out)
     assert parsed[("nearcache_hits_total", "clicache", "shm")] == 1
     assert parsed[("nearcache_entries", "clicache", "shm")] == 1
+    assert parsed[("nearcache_max_compaction_bytes", "clicache", "shm")] == 0
 
 
 def test_opentelemetry_instruments(cache: Cache) -> None:

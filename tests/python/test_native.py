@@ -271,6 +271,18 @@ def test_stats_and_check(cache: n.NativeCache) -> None:
     assert cache.check() == {"shards": 2, "entries": 1, "live_bytes": s["live_bytes"]}
 
 
+def test_stats_show_the_largest_compaction(cache: n.NativeCache) -> None:
+    assert cache.stats()["max_compaction_bytes"] == 0  # nothing compacted yet
+    for i in range(20_000):  # 3 MB into 1 MiB: every shard evicts
+        cache.set(f"k{i}", b"v" * 150)
+    s = cache.stats()
+    shards = cache.shard_stats()
+    assert s["evictions"] > 0 and s["compactions"] > 0
+    # A maximum over the shards, not a sum; bounded by what a shard holds.
+    assert s["max_compaction_bytes"] == max(x["max_compaction_bytes"] for x in shards) > 0
+    assert all(x["max_compaction_bytes"] <= x["capacity_bytes"] for x in shards)
+
+
 def test_kill_inside_lock_from_python(tmp_path: Path) -> None:
     path = str(tmp_path / "k")
     cache = n.NativeCache(path, 1 << 20, 2)

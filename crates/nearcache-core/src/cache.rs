@@ -354,14 +354,48 @@ impl Store {
         }
     }
 
+    /// The shard of `key` and its hash. Checks only that the handle is
+    /// open: a mapping left after a resize, or broken by a truncation, is
+    /// zero pages, which fail every shard's checks; the error says which
+    /// ([`Store::explain`]) once it happens, so the hot path reads no more
+    /// per call.
     #[inline]
     fn route(&self, key: &[u8]) -> Result<(&Shard, u64)> {
-        self.live()?;
+        if self.closed.load(Ordering::Relaxed) {
+            return Err(Error::Closed);
+        }
         if key.is_empty() || key.len() > MAX_KEY_LEN {
             return Err(Error::BadKey { len: key.len(), max: MAX_KEY_LEN });
         }
         let h = hash_key(self.geo.seed, key);
         Ok((&self.shards[shard_of(h, self.geo.shard_count)], h))
+    }
+
+    /// `e`, from an operation on this file, or the error of a mapping
+    /// truncated by another program, which is what made it (see
+    /// [`Store::route`]).
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn explain(&self, e: Error) -> Error {
+        if matches!(e, Error::Closed | Error::Moved) || self.retired() || !self.map.broken() {
+            return e;
+        }
+        self.live().err().unwrap_or(e)
+    }
+
+    /// `Some(r)` (explained) if the failed result `r` of an operation on
+    /// this file is final; `None` if the call must be routed again: the
+    /// shard moved to a resize's new file, or this process left the file
+    /// (its zero pages fail any operation).
+    #[cold]
+    #[inline(never)]
+    fn final_error<T>(&self, r: Result<T>) -> Option<Result<T>> {
+        match r {
+            Err(Error::Moved) => None,
+            Err(_) if self.retired() => None,
+            Err(e) => Some(Err(self.explain(e))),
+            ok => Some(ok),
+        }
     }
 
     /// Lock `shard` for a change: a timeout is an error, and so is a
@@ -1611,19 +1645,60 @@ const REDIRECTS: usize = 64;
 /// its resizer is still alive.
 const PROBE_MS: u64 = 50;
 
+/// What the record of the file in use says, as [`Cache::routed`] hands it
+/// to its caller (a finished resize and a corrupt record are dealt with
+/// there).
+#[derive(Debug, Clone, Copy)]
+enum Found {
+    /// No migration: the file is the whole cache.
+    Idle,
+    /// Migration `id` is moving the file's shards to a new file.
+    Migrating(u64),
+}
+
+/// What a caller of [`Cache::routed`] made of one attempt.
+enum Step<T> {
+    Done(T),
+    /// Read the record again: the file changed under the call.
+    Again,
+}
+
 /// One file this handle has used, kept until the handle is dropped (a file
 /// left after a resize holds only address space: zero pages).
 struct Node {
     store: Store,
+    /// The file's migration record (`fh::MIGRATION` in its header), the
+    /// word the fast path of every call loads: its address kept here, so
+    /// the load follows no pointer of the store.
+    record: std::ptr::NonNull<AtomicU64>,
     /// The new file of the migration in progress, with its id.
     next: Mutex<Option<(u64, Arc<Store>)>>,
     /// Unix ms of the last check that the resizer is alive.
     probed_ms: AtomicU64,
 }
 
+// SAFETY: `record` points into the mapping `store` holds (an Arc), which
+// is shared between threads as the store is; it is only read atomically.
+unsafe impl Send for Node {}
+// SAFETY: see Send.
+unsafe impl Sync for Node {}
+
 impl Node {
     fn new(store: Store) -> Box<Node> {
-        Box::new(Node { store, next: Mutex::new(None), probed_ms: AtomicU64::new(0) })
+        let record = std::ptr::NonNull::from(header_word(store.mapping(), fh::MIGRATION));
+        Box::new(Node { store, record, next: Mutex::new(None), probed_ms: AtomicU64::new(0) })
+    }
+
+    /// Whether the record says no migration, with one relaxed load (the
+    /// fast path's only routing check). Relaxed is enough: a call that
+    /// misses a migration starting meanwhile is caught by the seal of the
+    /// shard it uses (see [`Cache::keyed`]).
+    #[inline(always)]
+    fn idle(&self) -> bool {
+        // SAFETY: the word is in the header page of the mapping `store`
+        // holds, which stays mapped (file or zero pages) as long as the
+        // node; every process accesses it only atomically.
+        unsafe { self.record.as_ref() }.load(Ordering::Relaxed) == 0
     }
 }
 
@@ -1784,21 +1859,74 @@ impl Cache {
         Store::open_as(file_path, &self.path, &self.opts, None)
     }
 
+    /// The new file of a migration, at `temp`; `None` if it is no longer
+    /// there (renamed over the path since its lock was tried: the move is
+    /// over, or about to be recorded so, and the caller reads the record
+    /// again).
+    fn open_new_file(&self, temp: &Path) -> Result<Option<Store>> {
+        match self.open_store(temp) {
+            Ok(s) => Ok(Some(s)),
+            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// After an open: follow a finished resize, finish one whose resizer
     /// died, reset a corrupt record.
     fn settle_open(&self) -> Result<()> {
-        for _ in 0..REDIRECTS {
+        self.routed(|node, found, _| match found {
+            Found::Idle => Ok(Step::Done(())),
+            Found::Migrating(id) => {
+                Ok(if self.target(node, id)?.is_some() { Step::Done(()) } else { Step::Again })
+            }
+        })
+    }
+
+    /// The routing loop of every call that meets a resize: read the
+    /// record of the file in use, follow a finished resize (or a file
+    /// this process left), reset a corrupt record, and hand the file and
+    /// what its record says (no migration, or migration `id` under way) to
+    /// `arm`, until `arm` is done or [`REDIRECTS`] attempts have passed
+    /// (the attempt number is `arm`'s third argument).
+    ///
+    /// The retirement is read after the record, never before:
+    /// `Mapping::retire` marks the mapping retired before it replaces its
+    /// pages with zeros, and zeros read as "no migration". A file found
+    /// not retired after its record was read gave its real record; a
+    /// file retired in between (another handle of this process followed a
+    /// resize meanwhile) is followed instead. Read the other way round, a
+    /// retirement between the two reads handed `arm` the zero pages as an
+    /// idle file: an open that then resized published its migration on
+    /// them and renamed an empty file over the cache, losing every entry
+    /// written since the resize that had retired them (see
+    /// `tests/resize.rs`, the racing openers).
+    fn routed<T>(&self, mut arm: impl FnMut(&Node, Found, usize) -> Result<Step<T>>) -> Result<T> {
+        for attempt in 0..REDIRECTS {
+            if attempt >= 8 {
+                std::thread::sleep(std::time::Duration::from_micros(100 << (attempt / 8)));
+            }
             let node = self.node();
             let w = node.store.migration_word();
-            match resize::decode(w) {
-                Record::None => return Ok(()),
-                Record::Moved(_) => self.follow(node)?,
-                Record::Corrupt => resize::reset_record(&node.store, w)?,
-                Record::Migrating(id) => {
-                    if self.target(node, id)?.is_some() {
-                        return Ok(());
-                    }
+            if node.store.retired() {
+                self.follow(node)?;
+                continue;
+            }
+            let found = match resize::decode(w) {
+                Record::None => Found::Idle,
+                Record::Migrating(id) => Found::Migrating(id),
+                Record::Moved(_) => {
+                    self.follow(node)?;
+                    continue;
                 }
+                Record::Corrupt => {
+                    resize::reset_record(&node.store, w)?;
+                    continue;
+                }
+            };
+            if let Step::Done(t) = arm(node, found, attempt)? {
+                return Ok(t);
             }
         }
         Err(self.kept_moving())
@@ -1860,7 +1988,8 @@ impl Cache {
                 let s = match cached {
                     Some(s) => s,
                     None => {
-                        let s = Arc::new(self.open_store(&temp)?);
+                        let Some(s) = self.open_new_file(&temp)? else { return Ok(None) };
+                        let s = Arc::new(s);
                         *lock_ignoring_poison(&node.next) = Some((id, s.clone()));
                         s
                     }
@@ -1872,7 +2001,10 @@ impl Cache {
                 if node.store.migration_word() == word {
                     let s = match cached {
                         Some(s) => s,
-                        None => Arc::new(self.open_store(&temp)?),
+                        None => match self.open_new_file(&temp)? {
+                            Some(s) => Arc::new(s),
+                            None => return Ok(None),
+                        },
                     };
                     resize::drive(&node.store, &s, id, &self.path, &temp)?;
                 }
@@ -1880,10 +2012,18 @@ impl Cache {
                 Ok(None)
             }
             Owner::Gone => {
-                // Renamed over the path (its resizer died before the
-                // record said so), or removed.
+                // Renamed over the path by its resizer (which may have
+                // died before the record said so): the only way a new
+                // file of ours goes while its record names it. The move
+                // is over, and the path names the cache: that file, or
+                // the file of a later resize of it (which may have been
+                // quick enough to finish meanwhile: no check of the file's
+                // origin, then). Only a path that still names this very
+                // file (a record no resize of ours leaves) resets it.
                 match self.open_store(&self.path) {
-                    Ok(s) if resize::built_by(&s, id) => resize::finish_record(&node.store, id),
+                    Ok(s) if s.mapping().id() != node.store.mapping().id() => {
+                        resize::finish_record(&node.store, id)
+                    }
                     _ => resize::reset_record(&node.store, word)?,
                 }
                 Ok(None)
@@ -1915,7 +2055,22 @@ impl Cache {
 
     /// Run `f` on the file that holds `key` now. `read`: `f` changes
     /// nothing, so it may run again if the file was left meanwhile.
-    #[inline]
+    ///
+    /// The fast path (no migration recorded) is one relaxed load of the
+    /// record and a branch, then `f` on the file in use, and a branch on
+    /// its result. It checks nothing else per call:
+    /// * a migration that starts after the load is met by the seal of the
+    ///   shard `f` uses (an optimistic get fails its validation, a locker
+    ///   gets [`Error::Moved`]): nothing is read from, or written to, a
+    ///   shard after it moved;
+    /// * a file this process left (retired: zero pages) fails every
+    ///   shard's checks (`intact`), so `f` fails, and only then is the
+    ///   retirement read;
+    /// * a file truncated under the mapping (zero pages too) is named in
+    ///   the error only then ([`Store::explain`]).
+    ///
+    /// Errors, and calls during a migration, take [`Cache::keyed_slow`].
+    #[inline(always)]
     fn keyed<T>(
         &self,
         key: &[u8],
@@ -1923,51 +2078,34 @@ impl Cache {
         mut f: impl FnMut(&Store) -> Result<T>,
     ) -> Result<T> {
         let node = self.node();
-        if node.store.migration_word() == 0 {
+        if node.idle() {
             let r = f(&node.store);
-            match &r {
-                Ok(_) => return r,
-                Err(Error::Moved) => {}
-                // Zero pages of a file this process left meanwhile: any
-                // read of them fails its checks (a validated get never
-                // sees them: `seq` changes), so only errors are redone.
-                Err(_) if node.store.retired() => {}
-                Err(_) => return r,
+            if r.is_ok() {
+                return r;
+            }
+            if let Some(e) = node.store.final_error(r) {
+                return e;
             }
         }
-        self.keyed_slow(key, read, f)
+        self.keyed_slow(key, read, &mut f)
     }
 
+    /// [`Cache::keyed`] past its fast path: one instance per result type
+    /// (`f` is a trait object), out of the fast path's way.
     #[cold]
+    #[inline(never)]
     fn keyed_slow<T>(
         &self,
         key: &[u8],
         read: bool,
-        mut f: impl FnMut(&Store) -> Result<T>,
+        f: &mut dyn FnMut(&Store) -> Result<T>,
     ) -> Result<T> {
-        for attempt in 0..REDIRECTS {
-            if attempt >= 8 {
-                std::thread::sleep(std::time::Duration::from_micros(100 << (attempt / 8)));
-            }
-            let node = self.node();
-            if node.store.retired() {
-                self.follow(node)?;
-                continue;
-            }
-            let w = node.store.migration_word();
+        self.routed(|node, found, attempt| {
             let next;
-            let target = match resize::decode(w) {
-                Record::None => &node.store,
-                Record::Moved(_) => {
-                    self.follow(node)?;
-                    continue;
-                }
-                Record::Corrupt => {
-                    resize::reset_record(&node.store, w)?;
-                    continue;
-                }
-                Record::Migrating(id) => {
-                    let Some(s) = self.target(node, id)? else { continue };
+            let target = match found {
+                Found::Idle => &node.store,
+                Found::Migrating(id) => {
+                    let Some(s) = self.target(node, id)? else { return Ok(Step::Again) };
                     if node.store.is_moved(node.store.shard_index(key)) {
                         next = s;
                         &*next
@@ -1978,47 +2116,45 @@ impl Cache {
             };
             let r = f(target);
             match &r {
-                Err(Error::Moved) if w == 0 && attempt >= 2 => {
+                Err(Error::Moved) if matches!(found, Found::Idle) && attempt >= 2 => {
                     // Sealed with no migration recorded (a record reset
                     // by hand, or a hostile file): empty those shards.
                     resize::reset_record(&node.store, 0)?;
+                    Ok(Step::Again)
                 }
-                Err(Error::Moved) => continue,
-                _ if (read || r.is_err()) && target.retired() => continue,
-                _ => return r,
+                Err(Error::Moved) => Ok(Step::Again),
+                _ if (read || r.is_err()) && target.retired() => Ok(Step::Again),
+                _ => r.map(Step::Done).map_err(|e| target.explain(e)),
             }
-        }
-        Err(self.kept_moving())
+        })
     }
 
     /// Run `f` on the whole cache: one file, so during a migration this
-    /// waits for it to end (finishing it if its resizer died).
+    /// waits for it to end (finishing it if its resizer died). `f` runs
+    /// again on the new file if the one it ran on was left meanwhile (what
+    /// it read there may have been zeros), so it must be a question or an
+    /// idempotent change (`len`, `stats`, `clear`, `check`, a sweep).
     fn whole<T>(&self, mut f: impl FnMut(&Store) -> Result<T>) -> Result<T> {
-        for attempt in 0..REDIRECTS {
-            let node = self.node();
-            if node.store.retired() {
-                self.follow(node)?;
-                continue;
-            }
-            let w = node.store.migration_word();
-            match resize::decode(w) {
-                Record::None => {
-                    let r = f(&node.store);
-                    match &r {
-                        // Sealed shards and no migration recorded: see
-                        // `keyed_slow`.
-                        Err(Error::Moved) if attempt >= 2 => resize::reset_record(&node.store, 0)?,
-                        Err(Error::Moved) => {}
-                        Err(_) if node.store.retired() => {}
-                        _ => return r,
+        self.routed(|node, found, attempt| match found {
+            Found::Idle => {
+                let r = f(&node.store);
+                match &r {
+                    // Sealed shards and no migration recorded: see
+                    // `keyed_slow`.
+                    Err(Error::Moved) if attempt >= 2 => {
+                        resize::reset_record(&node.store, 0)?;
+                        Ok(Step::Again)
                     }
+                    Err(Error::Moved) => Ok(Step::Again),
+                    _ if node.store.retired() => Ok(Step::Again),
+                    _ => r.map(Step::Done),
                 }
-                Record::Moved(_) => self.follow(node)?,
-                Record::Corrupt => resize::reset_record(&node.store, w)?,
-                Record::Migrating(id) => self.settle(node, id)?,
             }
-        }
-        Err(self.kept_moving())
+            Found::Migrating(id) => {
+                self.settle(node, id)?;
+                Ok(Step::Again)
+            }
+        })
     }
 
     /// Resize the cache, live, to `size` bytes (and `shards` shards, 0 to
@@ -2035,33 +2171,26 @@ impl Cache {
     /// file has does nothing.
     pub fn resize(&self, size: usize, shards: usize) -> Result<Geometry> {
         let want = Geometry::for_size(size, shards)?;
+        self.live()?;
         let mut adopted = false;
-        for _ in 0..REDIRECTS {
+        self.routed(|node, found, _| {
             self.live()?;
-            let node = self.node();
-            if node.store.retired() {
-                self.follow(node)?;
-                continue;
-            }
-            let w = node.store.migration_word();
-            match resize::decode(w) {
-                Record::None => {
+            match found {
+                Found::Idle => {
                     if adopted || same_shape(node.store.geometry(), &want) {
-                        return Ok(*node.store.geometry());
+                        return Ok(Step::Done(*node.store.geometry()));
                     }
                     if !self.migrate(node, size, shards)? {
                         adopted = true;
                     }
                 }
-                Record::Moved(_) => self.follow(node)?,
-                Record::Corrupt => resize::reset_record(&node.store, w)?,
-                Record::Migrating(id) => {
+                Found::Migrating(id) => {
                     self.settle(node, id)?;
                     adopted = true;
                 }
             }
-        }
-        Err(self.kept_moving())
+            Ok(Step::Again)
+        })
     }
 
     /// Move `node`'s file to a new one of `size` bytes and `shards`
@@ -2084,7 +2213,12 @@ impl Cache {
         };
         let at = resize::abort_step();
         resize::step(at, 1);
-        if !resize::publish(&node.store, id) {
+        // The retirement is read after the compare-and-swap: a mapping
+        // retired meanwhile (another handle of this process followed a
+        // resize that finished first) may have taken it on its zero pages,
+        // which read as "no migration". That resize won: adopt it.
+        let published = resize::publish(&node.store, id);
+        if !published || node.store.retired() {
             let _ = std::fs::remove_file(&temp);
             drop(owner);
             return Ok(false);
@@ -2173,7 +2307,12 @@ impl Cache {
         key: &[u8],
         mut f: impl FnMut(EntryRef<'_>) -> R,
     ) -> Result<Option<R>> {
-        self.keyed(key, true, |s| s.get_with(key, &mut f))
+        self.keyed(
+            key,
+            true,
+            #[inline(always)]
+            |s| s.get_with(key, &mut f),
+        )
     }
 
     /// [`Cache::get_with`] under the shard lock: `f` runs at most once, on
@@ -2316,7 +2455,7 @@ impl Cache {
         mut f: impl FnMut(usize, EntryRef<'_>),
     ) -> Result<()> {
         let node = self.node();
-        if node.store.migration_word() == 0 {
+        if node.idle() {
             let mut seen = vec![false; keys.len()];
             let r = node.store.get_many_with(keys, |i, e| {
                 seen[i] = true;
@@ -2361,11 +2500,13 @@ impl Cache {
         ttl_ms: u64,
     ) -> Result<()> {
         let node = self.node();
-        if node.store.migration_word() == 0 {
-            match node.store.set_many(items, ttl_ms) {
-                Err(Error::Moved) => {}
-                Err(_) if node.store.retired() => {}
-                r => return r,
+        if node.idle() {
+            let r = node.store.set_many(items, ttl_ms);
+            if r.is_ok() {
+                return r;
+            }
+            if let Some(r) = node.store.final_error(r) {
+                return r;
             }
         }
         for (k, v, fl) in items {
@@ -2389,11 +2530,13 @@ impl Cache {
     /// Delete many keys; returns how many were present.
     pub fn delete_many<K: AsRef<[u8]>>(&self, keys: &[K]) -> Result<usize> {
         let node = self.node();
-        if node.store.migration_word() == 0 {
-            match node.store.delete_many(keys) {
-                Err(Error::Moved) => {}
-                Err(_) if node.store.retired() => {}
-                r => return r,
+        if node.idle() {
+            let r = node.store.delete_many(keys);
+            if r.is_ok() {
+                return r;
+            }
+            if let Some(r) = node.store.final_error(r) {
+                return r;
             }
         }
         let mut n = 0;

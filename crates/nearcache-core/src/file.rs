@@ -159,6 +159,14 @@ impl Default for OpenOptions {
     }
 }
 
+/// Mappings at most this long are retired by the call that follows a
+/// resize; longer ones by a thread of their own (see [`Mapping::retire`]).
+/// 16 MiB: at most 4,096 pages to tear down, about 10 ms.
+pub(crate) const RETIRE_INLINE: usize = 16 << 20;
+/// Bytes of a retired mapping replaced per `mmap` (2,048 pages, about 5 ms
+/// of page-table teardown).
+pub(crate) const RETIRE_CHUNK: usize = 8 << 20;
+
 /// A mapped cache file, shared (`Arc`) by every `Cache` handle of the file
 /// in this process (see `registry.rs`).
 #[derive(Debug)]
@@ -240,13 +248,49 @@ impl Mapping {
     /// and is redone on the new file) and the descriptor now names
     /// `/dev/null`, so this process no longer holds the file. The range
     /// itself is unmapped when the last handle drops the mapping.
-    pub(crate) fn retire(&self) {
+    ///
+    /// Replacing pages costs the kernel a page-table teardown for every
+    /// page this process touched: about 2.6 µs a page on the 2-core test
+    /// machine, 0.67 s for a 1 GiB file it had filled, paid by the call
+    /// that noticed the switch (the slowest worker call, 0.48-0.76 s, of
+    /// `benchmarks/resize_live.py`). So a mapping longer than
+    /// [`RETIRE_INLINE`] is let go by a thread of its own, in chunks of
+    /// [`RETIRE_CHUNK`] (each `mmap` holds the process's memory map lock
+    /// only that long, so page faults of other threads wait at most
+    /// that), while the call goes on with the new file. Everything the
+    /// retirement is for holds from the start: the flag is set at once,
+    /// and the old file's shards are all sealed (a resize retires a file
+    /// only once every shard moved), so a call in flight on a part not yet
+    /// replaced is sent to the new file as one on zeros is.
+    pub(crate) fn retire(self: &Arc<Self>) {
         if self.retired.swap(true, Ordering::SeqCst) {
             return;
         }
-        crate::registry::forget(self.id, self);
+        crate::registry::forget(self.id, Arc::as_ptr(self));
+        if self.len > RETIRE_INLINE {
+            let m = Arc::clone(self);
+            let spawned = std::thread::Builder::new()
+                .name("nearcache-retire".into())
+                .spawn(move || m.release_retired());
+            if spawned.is_ok() {
+                return;
+            }
+        }
+        self.release_retired();
+    }
+
+    /// The work of [`Mapping::retire`]: zero pages in place of the file's,
+    /// chunk by chunk, then the descriptor pointed at `/dev/null`.
+    fn release_retired(&self) {
         if let Some(g) = &self.sigbus {
-            g.retire(self.ptr, self.len);
+            let mut off = 0;
+            while off < self.len {
+                let n = RETIRE_CHUNK.min(self.len - off);
+                // SAFETY: off < len: the chunk [off, off + n) lies inside
+                // the mapping, which `self` keeps mapped.
+                g.retire(unsafe { self.ptr.add(off) }, n);
+                off += n;
+            }
         }
         if let Ok(null) = File::open("/dev/null") {
             // SAFETY: both descriptors are open; dup3 atomically makes our
@@ -256,9 +300,12 @@ impl Mapping {
         }
     }
 
-    /// Whether [`Mapping::retire`] ran.
+    /// Whether [`Mapping::retire`] ran (or is running: the flag is set
+    /// before the pages are replaced, so a read of the mapping followed
+    /// by this check finding `false` read the file, not zeros).
+    #[inline]
     pub(crate) fn retired(&self) -> bool {
-        self.retired.load(Ordering::Relaxed)
+        self.retired.load(Ordering::Acquire)
     }
 
     /// The file's `(st_dev, st_ino)`.

@@ -15,9 +15,10 @@
 //!   [`groups_for`]).
 //!
 //! Every operation loads `MIGRATION` (a word that only resizes write, so
-//! the load stays a shared read) and takes the slow path only when it is
-//! not zero: a key whose group is marked moved goes to the new file, any
-//! other to the old one.
+//! the load stays a shared read; one relaxed load, see `Cache::keyed`) and
+//! takes the slow path only when it is not zero (or the call failed): a key
+//! whose group is marked moved goes to the new file, any other to the old
+//! one.
 //!
 //! The new file keeps the old file's hash seed, so the keys of one group
 //! go to the same few new shards (those of a grow's old shard, or the one
@@ -53,10 +54,14 @@
 //! itself (groups already moved are skipped; a shard whose lock the dead
 //! resizer held is repaired by the robust lock, and its bit decides).
 //! Until then unmoved shards work in the old file and moved ones in the
-//! new, so a dead resizer blocks nothing. If the new file is gone and the
-//! path does not name it either (a record no resize of ours could leave),
-//! the record is reset and the sealed shards emptied: entries are lost,
-//! never served from two files.
+//! new, so a dead resizer blocks nothing. If the new file is gone, its
+//! resizer renamed it over the path (nothing else removes it while the
+//! record names it): the record is set to moved and the process follows
+//! the path, whatever file it names by then (a later resize of the new
+//! file may have replaced it already). Only if the path still names the
+//! old file itself (a record no resize of ours could leave) is the record
+//! reset and the sealed shards emptied: entries are lost, never served
+//! from two files.
 
 use crate::cache::{header_word, Store};
 use crate::error::{Error, Result};
@@ -455,12 +460,6 @@ pub(crate) fn reset_record(old: &Store, word: u64) -> Result<()> {
     }
     let _ = rec.compare_exchange(word, 0, Ordering::SeqCst, Ordering::SeqCst);
     Ok(())
-}
-
-/// Whether the file at `path` (opened as `new`) was built by migration
-/// `id`.
-pub(crate) fn built_by(new: &Store, id: u64) -> bool {
-    header_word(new.mapping(), fh::MIG_ORIGIN).load(Ordering::SeqCst) == id
 }
 
 #[cfg(test)]

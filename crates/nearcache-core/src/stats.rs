@@ -57,13 +57,14 @@ pub struct ShardStats {
     pub spill_refused: u64,
     /// The most arena bytes the compactions of one write examined, in any
     /// shard (a maximum, not a sum): bounded by a few segments whatever the
-    /// shard's size (`shard/segments.rs`). Not in `fields()` yet.
+    /// shard's size (`shard/segments.rs`). Recorded since the shard was
+    /// made (or last reset); summed over shards, the largest.
     pub max_compaction_bytes: u64,
 }
 
 impl ShardStats {
     /// Field names and values, in a stable order (for bindings).
-    pub fn fields(&self) -> [(&'static str, u64); 20] {
+    pub fn fields(&self) -> [(&'static str, u64); 21] {
         [
             ("hits", self.hits),
             ("misses", self.misses),
@@ -85,6 +86,7 @@ impl ShardStats {
             ("spilled_bytes", self.spilled_bytes),
             ("spilled_values", self.spilled_values),
             ("spill_refused", self.spill_refused),
+            ("max_compaction_bytes", self.max_compaction_bytes),
         ]
     }
 }
@@ -125,5 +127,15 @@ mod tests {
         let mut a = ShardStats { hits: u64::MAX, ..ShardStats::default() };
         a += ShardStats { hits: 2, ..ShardStats::default() };
         assert_eq!(a.hits, 1);
+    }
+
+    #[test]
+    fn the_largest_compaction_is_a_maximum_and_a_field() {
+        let mut a = ShardStats { max_compaction_bytes: 7, ..ShardStats::default() };
+        a += ShardStats { max_compaction_bytes: 5, ..ShardStats::default() };
+        assert_eq!(a.max_compaction_bytes, 7);
+        assert!(a.fields().contains(&("max_compaction_bytes", 7)));
+        let names: std::collections::HashSet<_> = a.fields().iter().map(|f| f.0).collect();
+        assert_eq!(names.len(), a.fields().len());
     }
 }

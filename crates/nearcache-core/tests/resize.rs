@@ -80,6 +80,20 @@ fn child_main() {
     let arg = std::env::var("NC_ARG").unwrap();
     match role.as_str() {
         "worker" => worker(&path, &arg),
+        "open-set" => {
+            // Wait for the parent's go (all children start together), then
+            // open with size `NC_ARG`'s first half and set key k<second>.
+            let (size, i) = arg.split_once(':').unwrap();
+            let go = path.with_extension("go");
+            let start = Instant::now();
+            while !go.exists() {
+                assert!(start.elapsed() < Duration::from_secs(30), "no go from the parent");
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            let c = Cache::open(&path, &opts(size.parse().unwrap(), 0)).unwrap();
+            let k = format!("k{i}").into_bytes();
+            c.set(&k, &make_value(&k, i.parse().unwrap(), 100), 0, 0).unwrap();
+        }
         "resize" => {
             let c = Cache::open(&path, &as_is()).unwrap();
             let (size, shards) = arg.split_once(':').unwrap();
@@ -310,6 +324,34 @@ fn a_resizer_killed_at_any_step_leaves_a_usable_cache() {
     }
 }
 
+/// A resizer killed after renaming its new file over the path, before its
+/// record said so, and the cache resized again from the path meanwhile:
+/// a process still on the first file finds the first new file gone and
+/// the path naming a later one. The migration is over (its file was
+/// renamed into place; only that removes it), so that process follows
+/// the path; it must not take the gone file for a removed one and reset
+/// its record (it would go on, alone, on the first file, emptied).
+#[test]
+fn a_process_left_behind_by_two_resizes_follows_the_path() {
+    let d = shm_dir("chain");
+    let path = d.file("c");
+    let a = open(&d, "c", 1 << 20, 4);
+    fill(&a, 800, 100);
+    // 4 groups: step 3 + 4 = the new file complete, 8 = renamed.
+    let mut child = spawn_child("resize", &path, &format!("{}:8", 4 << 20), Some(8));
+    assert!(!child.wait().unwrap().success(), "the resizer was meant to abort");
+    // Another handle opens the path (the first new file, whole) and
+    // resizes it again.
+    let b = Cache::open(&path, &as_is()).unwrap();
+    b.resize(8 << 20, 16).unwrap();
+    assert!(present(&b, 800).iter().all(|&p| p));
+    // The first handle, still on the first file, follows to the last.
+    assert!(present(&a, 800).iter().all(|&p| p), "an entry was lost");
+    assert_eq!(a.geometry().shard_count, 16);
+    a.set(b"after", b"both see it", 0, 0).unwrap();
+    assert_eq!(b.get(b"after").unwrap().unwrap().data, b"both see it");
+}
+
 #[test]
 fn concurrent_resizers_agree_on_one_result() {
     let d = shm_dir("race");
@@ -444,40 +486,110 @@ fn a_shrink_after_a_grow_still_keeps_the_newest() {
     a.check().unwrap();
 }
 
+/// A file larger than the engine retires inline (16 MiB) is let go by a
+/// thread of its own, chunk by chunk: every handle follows at once and
+/// sees every entry, and the old file's mappings and descriptors are gone
+/// soon after, with no call of the handles' waiting for it.
 #[test]
-#[ignore = "known defect, open in the issue: an entry set while openers of four sizes \
-            race is sometimes missing afterwards (1 failure in 2 full runs on 2 cores); run \
-            with --ignored while fixing it"]
+fn a_large_file_is_let_go_in_the_background() {
+    let d = shm_dir("bigretire");
+    let a = open(&d, "c", 48 << 20, 16);
+    let b = Cache::open(d.file("c"), &as_is()).unwrap();
+    let n = 60_000;
+    fill(&a, n, 400); // touches most pages of the 48 MiB file
+    let old = ino(&d.file("c"));
+    assert_eq!(held(old), 2);
+    a.resize(64 << 20, 16).unwrap();
+    for c in [&a, &b] {
+        assert!(present(c, n).iter().all(|&p| p), "an entry was lost by the grow");
+        assert_eq!(c.geometry().shard_count, 16);
+    }
+    let start = Instant::now();
+    while held(old) != 0 {
+        assert!(start.elapsed() < Duration::from_secs(20), "the old file is still held");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    fill(&a, 1000, 400);
+    a.check().unwrap();
+}
+
+/// Rounds of the racing-openers tests: one round lost an entry about once
+/// in 15 before the routing read the record before the retirement (see
+/// `Cache::routed`), so 40 rounds catch that in nearly every run, in well
+/// under a second.
+const OPENER_ROUNDS: usize = 40;
+
+/// Four threads of one process open one new cache with four different
+/// sizes at once, and each sets a key: whatever size wins, every handle
+/// ends on one file that holds every key. (The handles share one mapping
+/// per file: one that follows a resize retires it under the others, whose
+/// next read of the record must not take its zero pages for an idle file
+/// and resize them.)
+#[test]
 fn openers_racing_with_different_sizes_all_open_one_cache() {
-    let d = shm_dir("sizes");
-    let path = d.file("c");
-    let barrier = std::sync::Barrier::new(4);
-    let caches: Vec<Cache> = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..4usize)
-            .map(|i| {
-                let (barrier, path) = (&barrier, &path);
-                s.spawn(move || {
-                    barrier.wait();
-                    let c = Cache::open(path, &opts((1 + i) << 20, 0)).unwrap();
-                    let k = format!("k{i}").into_bytes();
-                    c.set(&k, &make_value(&k, i as u64, 100), 0, 0).unwrap();
-                    c
+    for round in 0..OPENER_ROUNDS {
+        let d = shm_dir("sizes");
+        let path = d.file("c");
+        let barrier = std::sync::Barrier::new(4);
+        let caches: Vec<Cache> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..4usize)
+                .map(|i| {
+                    let (barrier, path) = (&barrier, &path);
+                    s.spawn(move || {
+                        barrier.wait();
+                        let c = Cache::open(path, &opts((1 + i) << 20, 0)).unwrap();
+                        let k = format!("k{i}").into_bytes();
+                        c.set(&k, &make_value(&k, i as u64, 100), 0, 0).unwrap();
+                        c
+                    })
                 })
-            })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        // Whatever size won, every handle is on that one file and sees
+        // every entry.
+        let g = *caches[0].geometry();
+        for c in &caches {
+            for i in 0..4u64 {
+                let k = format!("k{i}").into_bytes();
+                let v = c.get(&k).unwrap();
+                let v = v.unwrap_or_else(|| panic!("round {round}: k{i} lost"));
+                assert_eq!(seq_of(&k, &v.data), i);
+            }
+            assert_eq!(c.geometry(), &g);
+        }
+        drop(caches);
+        assert!(resize_leftovers(&d.0).is_empty());
+    }
+}
+
+/// The same race between processes: four children open one new cache
+/// with four different sizes at once and each sets a key; afterwards the
+/// cache holds every key. (Each process maps the files itself, so no
+/// process sees another's retired mapping; the record and the rename
+/// decide.)
+#[test]
+fn processes_opening_with_different_sizes_keep_every_entry() {
+    for round in 0..OPENER_ROUNDS / 4 {
+        let d = shm_dir("psizes");
+        let path = d.file("c");
+        let go = path.with_extension("go");
+        let kids: Vec<Child> = (0..4usize)
+            .map(|i| spawn_child("open-set", &path, &format!("{}:{i}", (1 + i) << 20), None))
             .collect();
-        hs.into_iter().map(|h| h.join().unwrap()).collect()
-    });
-    // Whatever size won, every handle is on that one file and sees every
-    // entry.
-    let g = *caches[0].geometry();
-    for c in &caches {
+        std::fs::write(&go, b"").unwrap();
+        for mut k in kids {
+            assert!(k.wait().unwrap().success(), "round {round}: an opener failed");
+        }
+        let c = Cache::open(&path, &as_is()).unwrap();
         for i in 0..4u64 {
             let k = format!("k{i}").into_bytes();
-            assert_eq!(seq_of(&k, &c.get(&k).unwrap().unwrap().data), i);
+            let v = c.get(&k).unwrap().unwrap_or_else(|| panic!("round {round}: k{i} lost"));
+            assert_eq!(seq_of(&k, &v.data), i);
         }
-        assert_eq!(c.geometry(), &g);
+        drop(c);
+        assert!(resize_leftovers(&d.0).is_empty());
     }
-    assert!(resize_leftovers(&d.0).is_empty());
 }
 
 /// A hostile record: any state and id, any moved bitmap, and perhaps a
