@@ -50,6 +50,7 @@
 //!   are parsed with the same checks as everywhere.
 
 use super::compaction::COMPACT_FREE_PERCENT;
+use super::segments::Dropped;
 use super::{Check, Corrupt, Now, ShardGuard};
 use crate::hash::tag_of;
 use crate::layout::*;
@@ -161,8 +162,7 @@ impl<'a> ShardGuard<'a> {
         let mut r_used = if r == head { 0 } else { self.seg_used(r)? };
         let mut wraps = 0;
         let mut advances = 0;
-        let (mut evicted, mut expired, mut dropped_bytes) = (0u64, 0u64, 0usize);
-        let mut purge = Vec::new();
+        let mut dropped = Dropped::default();
         let mut key = Vec::new();
         let sealed_delta = |d: isize| {
             let s = self.hdr(sh::SEALED_BYTES) as isize + d;
@@ -248,15 +248,7 @@ impl<'a> ShardGuard<'a> {
             let force = evict && since_free > force_after;
             let sieve = evict && since_free > sieve_after;
             if e.expired(t) || force || sieve && !visited {
-                self.note_dropped(&e);
-                self.set_slot(slot, TOMBSTONE);
-                purge.push(slot);
-                dropped_bytes += e.size;
-                if e.expired(t) {
-                    expired += 1;
-                } else {
-                    evicted += 1;
-                }
+                dropped.drop_entry(self, &e, slot, t);
                 continue;
             }
             if w != r && wp + e.size > self.seg_cap(w, reserved) {
@@ -294,24 +286,7 @@ impl<'a> ShardGuard<'a> {
         self.set_hdr(sh::HAND, (self.seg_start(w) + wp) as u64);
         self.set_hdr(sh::READ, (self.seg_start(r) + rp) as u64);
         self.set_hdr(sh::SINCE_FREE, since_free as u64);
-        let tombstones = (self.hdr(sh::TOMBSTONES) as usize).min(active);
-        let items_before = (self.hdr(sh::ITEMS) as usize).min(active);
-        let mut purged = 0;
-        for p in purge {
-            purged += self.purge_cluster(p, active)?;
-        }
-        let gone = (evicted + expired) as usize;
-        let items_after = items_before.saturating_sub(gone);
-        let tombstones_after = (tombstones + gone).saturating_sub(purged);
-        self.set_hdr(sh::ITEMS, items_after as u64);
-        self.set_hdr(sh::LIVE_BYTES, self.hdr(sh::LIVE_BYTES).saturating_sub(dropped_bytes as u64));
-        self.set_hdr(sh::TOMBSTONES, tombstones_after as u64);
-        self.set_hdr(sh::SLOTS_USED, (items_after + tombstones_after) as u64);
-        self.add_stat(sh::EVICTIONS, evicted);
-        self.add_stat(sh::EXPIRATIONS, expired);
-        if pass.examined > 0 {
-            self.bump_stat(sh::COMPACTIONS);
-        }
+        dropped.settle(self, active, pass.examined > 0)?;
         self.note_examined(pass.examined);
         Ok(pass)
     }

@@ -64,6 +64,56 @@ enum Start {
     HeadAll,
 }
 
+/// The live entries a compaction of segments dropped (`merge` of the head,
+/// the conveyor's passes): their slots become tombstones at once and are
+/// purged, and the shard's counters settled, once every survivor moved.
+#[derive(Default)]
+pub(super) struct Dropped {
+    purge: Vec<usize>,
+    evicted: u64,
+    expired: u64,
+    bytes: usize,
+}
+
+impl Dropped {
+    /// Drop the live entry `e` found in `slot` (expired at `t`, or evicted).
+    pub(super) fn drop_entry(&mut self, g: &ShardGuard<'_>, e: &Entry, slot: usize, t: u64) {
+        g.note_dropped(e);
+        g.set_slot(slot, TOMBSTONE);
+        self.purge.push(slot);
+        self.bytes += e.size;
+        if e.expired(t) {
+            self.expired += 1;
+        } else {
+            self.evicted += 1;
+        }
+    }
+
+    /// Purge the tombstones and settle `ITEMS`, `LIVE_BYTES`, the slot
+    /// counts and the statistics (one more compaction when `compaction`).
+    pub(super) fn settle(self, g: &ShardGuard<'_>, active: usize, compaction: bool) -> Check<()> {
+        let tombstones = (g.hdr(sh::TOMBSTONES) as usize).min(active);
+        let items_before = (g.hdr(sh::ITEMS) as usize).min(active);
+        let mut purged = 0;
+        for p in self.purge {
+            purged += g.purge_cluster(p, active)?;
+        }
+        let gone = (self.evicted + self.expired) as usize;
+        let items_after = items_before.saturating_sub(gone);
+        let tombstones_after = (tombstones + gone).saturating_sub(purged);
+        g.set_hdr(sh::ITEMS, items_after as u64);
+        g.set_hdr(sh::LIVE_BYTES, g.hdr(sh::LIVE_BYTES).saturating_sub(self.bytes as u64));
+        g.set_hdr(sh::TOMBSTONES, tombstones_after as u64);
+        g.set_hdr(sh::SLOTS_USED, (items_after + tombstones_after) as u64);
+        g.add_stat(sh::EVICTIONS, self.evicted);
+        g.add_stat(sh::EXPIRATIONS, self.expired);
+        if compaction {
+            g.bump_stat(sh::COMPACTIONS);
+        }
+        Ok(())
+    }
+}
+
 impl<'a> ShardGuard<'a> {
     /// Whether the arena is cut into more than one segment.
     pub(super) fn segmented(&self) -> bool {
@@ -499,25 +549,14 @@ impl<'a> ShardGuard<'a> {
         if !any_gone {
             return Ok(false);
         }
-        let tombstones = (self.hdr(sh::TOMBSTONES) as usize).min(active);
-        let items_before = (self.hdr(sh::ITEMS) as usize).min(active);
-        let (mut evicted, mut expired, mut dropped_bytes) = (0u64, 0u64, 0usize);
-        let mut purge = Vec::new();
+        let mut dropped = Dropped::default();
         let mut write = begin;
         for (e, slot, tag, gone) in items {
             if e.is_dead() {
                 continue;
             }
             if gone {
-                self.note_dropped(&e);
-                self.set_slot(slot, TOMBSTONE);
-                purge.push(slot);
-                dropped_bytes += e.size;
-                if e.expired(t) {
-                    expired += 1;
-                } else {
-                    evicted += 1;
-                }
+                dropped.drop_entry(self, &e, slot, t);
                 continue;
             }
             if write != e.off {
@@ -531,20 +570,7 @@ impl<'a> ShardGuard<'a> {
             write += e.size;
         }
         self.set_hdr(sh::BUMP, write as u64);
-        let mut purged = 0;
-        for p in purge {
-            purged += self.purge_cluster(p, active)?;
-        }
-        let gone = (evicted + expired) as usize;
-        let items_after = items_before.saturating_sub(gone);
-        let tombstones_after = (tombstones + gone).saturating_sub(purged);
-        self.set_hdr(sh::ITEMS, items_after as u64);
-        self.set_hdr(sh::LIVE_BYTES, self.hdr(sh::LIVE_BYTES).saturating_sub(dropped_bytes as u64));
-        self.set_hdr(sh::TOMBSTONES, tombstones_after as u64);
-        self.set_hdr(sh::SLOTS_USED, (items_after + tombstones_after) as u64);
-        self.add_stat(sh::EVICTIONS, evicted);
-        self.add_stat(sh::EXPIRATIONS, expired);
-        self.bump_stat(sh::COMPACTIONS);
+        dropped.settle(self, active, true)?;
         Ok(true)
     }
 
