@@ -96,9 +96,8 @@ pub const DEAD_SLACK: usize = 64 * 1024;
 /// Index slots a lazy shard starts with (one page of slots); the index
 /// doubles, up to `slots_per_shard`, when it reaches its load limit.
 pub const MIN_ACTIVE_SLOTS: usize = 512;
-/// Target size of an arena segment (`shard/segments.rs`): the most a
-/// compaction step reads is `MERGE_SEGMENTS` of them, whatever the shard's
-/// size. A shard's segments are 1/32 of its arena clamped between
+/// Target size of an arena segment (`shard/segments.rs`): the unit a
+/// segment is freed in, whatever the shard's size. A shard's segments are 1/32 of its arena clamped between
 /// `MIN_SEGMENT_SIZE` and this, then the arena divided evenly among as many
 /// as fit (a step then frees a small part of a small shard: a segmented
 /// shard holds up to about one segment less than its arena); an arena

@@ -56,8 +56,9 @@ pub struct ShardStats {
     /// owner, mode, length or checksum) and dropped (whole cache only).
     pub spill_refused: u64,
     /// The most arena bytes the compactions of one write examined, in any
-    /// shard (a maximum, not a sum): bounded by a few segments whatever the
-    /// shard's size (`shard/segments.rs`). Recorded since the shard was
+    /// shard (a maximum, not a sum): one conveyor pass (`STEP_BUDGET`)
+    /// whatever the shard's size (`shard/conveyor.rs`), unless the conveyor
+    /// fell behind and a write had to free a segment itself. Recorded since the shard was
     /// made (or last reset); summed over shards, the largest.
     pub max_compaction_bytes: u64,
 }

@@ -162,7 +162,7 @@ fn scan_mixed_hit_ratio_at_least_lru() {
 #[test]
 fn zipf_hit_ratio_at_least_lru_in_segmented_shards() {
     // 2 MiB shards (the default: 18 segments each) and 4 MiB shards (32):
-    // eviction is SIEVE a few segments at a time (`shard/segments.rs`),
+    // eviction is SIEVE at segment granularity (`shard/conveyor.rs`),
     // over a key space several times what fits.
     let trace = zipf_trace(250_000, 600_000, 11);
     for (size, shards) in [(8 << 20, 4), (16 << 20, 4)] {
