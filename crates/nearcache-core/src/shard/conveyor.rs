@@ -341,16 +341,25 @@ impl<'a> ShardGuard<'a> {
     /// `STEP_BUDGET / KEEP_AHEAD` boundary of the arena the append crossed,
     /// while the head's last `1 / KEEP_AHEAD_WINDOW` fills, no segment is
     /// free and none was ever left unused. Stops at the first segment freed.
+    #[inline]
     pub(super) fn keep_ahead(&self, before: u64, now: &mut Now) {
-        if !self.segmented() {
+        // Most writes cross no boundary: one load and a shift decide.
+        let after = self.hdr(sh::BUMP);
+        let chunk = (STEP_BUDGET / KEEP_AHEAD) as u64;
+        if after / chunk == before / chunk || !self.segmented() {
             return;
         }
-        let after = self.hdr(sh::BUMP);
+        self.pay_passes(before, after, now);
+    }
+
+    /// The rest of `keep_ahead`, for a write that crossed a boundary.
+    #[cold]
+    #[inline(never)]
+    fn pay_passes(&self, before: u64, after: u64, now: &mut Now) {
         let chunk = (STEP_BUDGET / KEEP_AHEAD) as u64;
         let size = self.shard.seg_size as u64;
         let room = size - after % size;
-        if after / chunk == before / chunk
-            || room * KEEP_AHEAD_WINDOW as u64 > size
+        if room * KEEP_AHEAD_WINDOW as u64 > size
             || self.hdr(sh::FREE) != NO_SEGMENT as u64
             || self.hdr(sh::FRESH) < self.shard.seg_count as u64
         {
