@@ -2247,9 +2247,11 @@ impl Cache {
     pub fn geometry(&self) -> &Geometry {
         self.cur_store().geometry()
     }
-    /// Total bytes of the file.
+    /// Total bytes of the file. A resize in progress is waited for (as by
+    /// every whole-cache call, see `whole`): a handle opened while another
+    /// opener of the same new size moves the cache reports the new size.
     pub fn capacity(&self) -> usize {
-        self.cur_store().capacity()
+        self.whole(|s| Ok(s.capacity())).unwrap_or_else(|_| self.cur_store().capacity())
     }
     /// Number of shards.
     pub fn shard_count(&self) -> usize {
