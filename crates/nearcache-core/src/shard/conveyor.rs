@@ -84,7 +84,8 @@ impl<'a> ShardGuard<'a> {
         let size = self.shard.seg_size;
         let (wh, rh) = (self.hdr(sh::HAND) as usize, self.hdr(sh::READ) as usize);
         let (w, wp, r, rp) = (wh / size, wh % size, rh / size, rh % size);
-        if w >= self.fresh()? || r >= self.fresh()? || w == head {
+        let fresh = self.fresh()?;
+        if w >= fresh || r >= fresh || w == head {
             return Ok(None);
         }
         let ok = if r == w {
@@ -216,12 +217,11 @@ impl<'a> ShardGuard<'a> {
                 if r == head {
                     // Wrap: both cursors to the tail.
                     wraps += 1;
+                    (w, wp, r, rp) = (tail, 0, tail, 0);
                     if tail == head || wraps > 1 {
                         pass.stuck = !pass.freed;
-                        (w, wp, r, rp) = (tail, 0, tail, 0);
                         break;
                     }
-                    (w, wp, r, rp) = (tail, 0, tail, 0);
                     w_used = self.seg_used(tail)?;
                     r_used = w_used;
                 }

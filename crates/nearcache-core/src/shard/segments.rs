@@ -534,7 +534,7 @@ impl<'a> ShardGuard<'a> {
             off += e.size;
             if e.is_dead() {
                 any_gone = true;
-                items.push((e, usize::MAX, 0, false));
+                items.push((e, usize::MAX, 0, false, false));
                 continue;
             }
             let tag = tag_of(self.entry_hash(&e, &mut key));
@@ -543,7 +543,7 @@ impl<'a> ShardGuard<'a> {
             let visited = self.slot(slot) & SLOT_VISITED != 0;
             let gone = e.expired(t) || evict && (start == Start::HeadAll || !visited);
             any_gone |= gone;
-            items.push((e, slot, tag, gone));
+            items.push((e, slot, tag, visited, gone));
         }
         self.note_examined(end - begin);
         if !any_gone {
@@ -551,7 +551,7 @@ impl<'a> ShardGuard<'a> {
         }
         let mut dropped = Dropped::default();
         let mut write = begin;
-        for (e, slot, tag, gone) in items {
+        for (e, slot, tag, visited, gone) in items {
             if e.is_dead() {
                 continue;
             }
@@ -565,7 +565,7 @@ impl<'a> ShardGuard<'a> {
                 // and ptr::copy handles the overlap.
                 unsafe { ptr::copy(self.arena_ptr(e.off), self.arena_ptr(write), e.size) };
             }
-            let mark = self.slot(slot) & SLOT_VISITED & if evict { 0 } else { u64::MAX };
+            let mark = if visited && !evict { SLOT_VISITED } else { 0 };
             self.set_slot(slot, Self::tagged_slot(tag, write) | mark);
             write += e.size;
         }
