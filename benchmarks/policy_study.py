@@ -8,7 +8,8 @@ public real traces it fetches) through
   long as the cache, W-TinyLFU on the arena with the hit counters as the
   sketch's feed and with every hit fed, the hill-climbed, window-recency,
   tie-break, adaptive-aging and margin variants, and the ghost-adaptive
-  window alone and with adaptive aging), run by the ``policy_study`` example
+  window alone and with adaptive aging, and the two one-hand forms of W-TinyLFU
+  that fit the engine's conveyor), run by the ``policy_study`` example
   (``cargo build --release -p nearcache-core --example policy_study``
   first), each compaction freeing 10% of the shard as the engine does and,
   for comparison, 2%; and SIEVE and the ghost-adaptive policies on the
@@ -73,7 +74,8 @@ RUNS: tuple[tuple[str, list[str], str | None], ...] = (
         "/2%",
         ["--free", "2"],
         "sieve-batched,wtinylfu-arena,wtinylfu-adaptive,wtinylfu-recency,wtinylfu-tiebreak,"
-        "wtinylfu-aging,wtinylfu-margin,wtinylfu-ghost,wtinylfu-ghost-aging",
+        "wtinylfu-aging,wtinylfu-margin,wtinylfu-ghost,wtinylfu-ghost-aging,tinylfu-sieve,"
+        "wtinylfu-one-hand",
     ),
     ("/seg8", ["--segments", "8"], "sieve-batched,wtinylfu-ghost,wtinylfu-ghost-aging"),
 )
@@ -179,7 +181,13 @@ def markdown(rows: list[dict[str, Any]], command: str) -> str:
         "candidate must win by more than one count), `wtinylfu-ghost` (the margin duel, a "
         "window walked like CLOCK whose share, 1-90%, follows ARC-style ghosts of window and "
         "main victims that return within twice their queue's size in insertions), "
-        "`wtinylfu-ghost-aging` (the same with adaptive aging). `/seg8`: the segment-granular "
+        "`wtinylfu-ghost-aging` (the same with adaptive aging), `tinylfu-sieve` (W-TinyLFU on "
+        "the engine's one hand: a new entry is judged when the hand first reaches it, joins the "
+        "main part if hit meanwhile or while the main part is within 99%, else duels the next "
+        "unvisited main entry ahead; losers' keys return straight to main from a ghost), "
+        "`wtinylfu-one-hand` (`wtinylfu-ghost` on one hand: window entries stay while the "
+        "ghost-adaptive window is within its share, main entries go while the main part is over "
+        "its share). `/seg8`: the segment-granular "
         "arena, 8 segments a shard: SIEVE decides whole groups of segments at one hand; the "
         "W-TinyLFU policies evict one entry at a time with their own hands, keeping the live "
         "entries 25% (two segments) under the arena, and a cleaner merges the two or three "

@@ -1287,6 +1287,7 @@ near_stats(self)
         NEAR_STAT(lock_timeouts); NEAR_STAT(salvages); NEAR_STAT(entries_lost);
         NEAR_STAT(held_bytes);
         NEAR_STAT(spilled_bytes); NEAR_STAT(spilled_values); NEAR_STAT(spill_refused);
+        NEAR_STAT(max_compaction_bytes);
 #undef NEAR_STAT
         RETVAL = newRV_noinc((SV *)hv);
     }

@@ -65,6 +65,7 @@ fn run() -> Result<(), String> {
     let mut group = false;
     let mut slack = None;
     let mut margin = None;
+    let mut counter = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -107,6 +108,14 @@ fn run() -> Result<(), String> {
                 if !(4..=1024).contains(&segments) {
                     return Err(format!("--segments {segments}: 4 to 1024 segments per shard"));
                 }
+            }
+            "--counter" => {
+                let v = it.next().ok_or("--counter needs a value")?;
+                let c: u8 = v.parse().map_err(|_| format!("bad --counter {v}"))?;
+                if !(1..=3).contains(&c) {
+                    return Err(format!("--counter {c}: 1 (a visited bit) to 3 (two bits)"));
+                }
+                counter = Some(c);
             }
             "--margin" => {
                 let v = it.next().ok_or("--margin needs a value")?;
@@ -233,6 +242,9 @@ fn run() -> Result<(), String> {
             }
             if let Some(f) = ghost_age {
                 cfg.ghost_age = f;
+            }
+            if let Some(c) = counter {
+                cfg.counter_max = c;
             }
             cfg.tie_break |= tie_break;
             cfg.conservative |= conservative;

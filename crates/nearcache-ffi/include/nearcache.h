@@ -168,6 +168,9 @@ typedef struct NcStats {
   // Spilled values whose file was missing or failed its checks (owner,
   // mode, type, length, checksum): not served, and dropped.
   uint64_t spill_refused;
+  // The most arena bytes one compaction pass examined in any shard (the
+  // bound on what a reader of that shard can wait for).
+  uint64_t max_compaction_bytes;
 } NcStats;
 
 // What [`nc_check`] found.

@@ -194,6 +194,9 @@ pub struct NcStats {
     /// Spilled values whose file was missing or failed its checks (owner,
     /// mode, type, length, checksum): not served, and dropped.
     pub spill_refused: u64,
+    /// The most arena bytes one compaction pass examined in any shard (the
+    /// bound on what a reader of that shard can wait for).
+    pub max_compaction_bytes: u64,
 }
 
 /// What [`nc_check`] found.
@@ -1090,6 +1093,7 @@ pub unsafe extern "C" fn nc_stats(c: *const NcCache, out: *mut NcStats) -> NcSta
             spilled_bytes: s.spilled_bytes,
             spilled_values: s.spilled_values,
             spill_refused: s.spill_refused,
+            max_compaction_bytes: s.max_compaction_bytes,
         };
         // SAFETY: non-NULL and writable per the contract.
         unsafe { out.write(st) };

@@ -175,6 +175,7 @@ subtest 'large values' => sub {
     is($s->{spilled_values}, 3, 'stats: spilled_values');
     is($s->{spilled_bytes}, length($v) + length($over) + 3 * (100 << 10), 'stats: spilled_bytes');
     is($s->{spill_refused}, 0, 'stats: spill_refused');
+    ok(exists $s->{max_compaction_bytes}, 'stats: max_compaction_bytes');
     ok(-d $big->share_file . '.spill', 'the files are in a directory beside the cache file');
     ok($big->get_and_remove('over') eq $over, 'get_and_remove of a spilled value');
     ok(!defined $big->get('over'), '... removes it');

@@ -68,6 +68,15 @@
 //!   whole cycle, later than twice a small window. `WTinyLfuGhostAging`
 //!   adds the adaptive aging.
 //! * `S3FifoFullGhost`: S3-FIFO whose ghost is as long as the cache.
+//! * `TinyLfuSieve` and `WTinyLfuOneHand`: W-TinyLFU with one hand, the
+//!   shape of the engine's conveyor, which reads a segmented arena once
+//!   from oldest to newest: a window entry is judged where it lies, when
+//!   the hand reaches it, and a candidate duels the next unvisited main
+//!   entry *ahead* of the hand (read, not cleared). `TinyLfuSieve` judges a
+//!   new entry at the hand's first pass (a fixed 1% main share margin);
+//!   `WTinyLfuOneHand` keeps window entries while the ghost-adaptive
+//!   window is within its share and evicts main entries while the main
+//!   part is over its own.
 //!
 //! The arena is entry-granular (a compaction frees `free_percent` and
 //! slides the survivors down) or, with `Config::segments`, made of fixed
@@ -115,11 +124,21 @@ pub enum Policy {
     /// Window TinyLFU with a conservative-update sketch and a duel the
     /// candidate must win by more than one count.
     WTinyLfuMargin,
+    /// W-TinyLFU walked by one hand (the engine's conveyor has one): a new
+    /// entry is judged when the hand first reaches it; hit meanwhile, or
+    /// while the main part has room for its share, it joins the main part,
+    /// else it duels the next unvisited main entry ahead (see
+    /// `evict_one_hand`).
+    TinyLfuSieve,
+    /// `WTinyLfuGhost` walked by one hand (the conveyor's): the window is
+    /// the entries marked so, kept while under the ghost-adaptive share,
+    /// and a candidate duels the next unvisited main entry ahead.
+    WTinyLfuOneHand,
 }
 
 impl Policy {
     /// Every policy, in report order.
-    pub const ALL: [Policy; 13] = [
+    pub const ALL: [Policy; 15] = [
         Policy::Sieve,
         Policy::S3Fifo,
         Policy::S3FifoOneHand,
@@ -133,6 +152,8 @@ impl Policy {
         Policy::WTinyLfuGhost,
         Policy::WTinyLfuGhostAging,
         Policy::WTinyLfuMargin,
+        Policy::TinyLfuSieve,
+        Policy::WTinyLfuOneHand,
     ];
 
     /// The policy's name in tables and on the command line.
@@ -151,6 +172,8 @@ impl Policy {
             Policy::WTinyLfuGhost => "wtinylfu-ghost",
             Policy::WTinyLfuGhostAging => "wtinylfu-ghost-aging",
             Policy::WTinyLfuMargin => "wtinylfu-margin",
+            Policy::TinyLfuSieve => "tinylfu-sieve",
+            Policy::WTinyLfuOneHand => "wtinylfu-one-hand",
         }
     }
 
@@ -164,7 +187,7 @@ impl Policy {
     }
 
     fn uses_sketch(self) -> bool {
-        self.is_wtinylfu()
+        self.is_wtinylfu() || matches!(self, Policy::TinyLfuSieve | Policy::WTinyLfuOneHand)
     }
 
     fn is_wtinylfu(self) -> bool {
@@ -190,17 +213,24 @@ impl Policy {
 
     /// Whether the duel is the strict one (conservative sketch, margin 1).
     fn strict_duel(self) -> bool {
-        matches!(self, Policy::WTinyLfuMargin | Policy::WTinyLfuGhost | Policy::WTinyLfuGhostAging)
+        matches!(
+            self,
+            Policy::WTinyLfuMargin
+                | Policy::WTinyLfuGhost
+                | Policy::WTinyLfuGhostAging
+                | Policy::TinyLfuSieve
+                | Policy::WTinyLfuOneHand
+        )
     }
 
     /// Whether the hit counters are the sketch's only feed of hits.
     fn counter_feed(self) -> bool {
-        self.is_wtinylfu() && self != Policy::WTinyLfuExact
+        self.uses_sketch() && self != Policy::WTinyLfuExact
     }
 
     /// Whether the window follows the window and main ghosts.
     fn ghost_window(self) -> bool {
-        matches!(self, Policy::WTinyLfuGhost | Policy::WTinyLfuGhostAging)
+        matches!(self, Policy::WTinyLfuGhost | Policy::WTinyLfuGhostAging | Policy::WTinyLfuOneHand)
     }
 
     /// Whether the sketch's aging follows the window's and main's hits.
@@ -310,10 +340,28 @@ impl Config {
             max_items: entries,
             shards: 1,
             free_percent: 10,
-            counter_max: if policy == Policy::Sieve { 1 } else { 3 },
+            // SIEVE and the engine's policy keep a visited bit; the others
+            // were studied with a two-bit counter.
+            counter_max: if matches!(
+                policy,
+                Policy::Sieve | Policy::TinyLfuSieve | Policy::WTinyLfuOneHand
+            ) {
+                1
+            } else {
+                3
+            },
             small_percent: 10,
             window_percent: 1,
-            sketch_counters_per_entry: 1.0,
+            // The engine's sketch: a quarter of a counter per index slot and
+            // row, about half a counter per entry (`shard/policy.rs`).
+            sketch_counters_per_entry: if matches!(
+                policy,
+                Policy::TinyLfuSieve | Policy::WTinyLfuOneHand
+            ) {
+                0.5
+            } else {
+                1.0
+            },
             sketch_aging: 10,
             walk: policy.default_walk(),
             window_max_percent: 90,
@@ -435,6 +483,9 @@ pub struct ArenaShard {
     seg_moved: u64,
     seg_pending: Vec<u64>,
     seg_dead: Vec<u64>,
+    /// `TinyLfuSieve`: the key being inserted was in the window ghost (it
+    /// goes straight to the main part).
+    straight_to_main: bool,
 }
 
 /// The 64-bit hash of a key id (splitmix64): what the engine's xxh3 gives.
@@ -457,7 +508,7 @@ impl ArenaShard {
         let ghost_len =
             if cfg.policy == Policy::S3FifoFullGhost { max_items as usize } else { ghost_len };
         let sketch_entries = if cfg.policy.uses_sketch() { max_items as usize } else { 1 };
-        let adaptive_len = if cfg.policy.ghost_window() {
+        let adaptive_len = if cfg.policy.ghost_window() || cfg.policy == Policy::TinyLfuSieve {
             (max_items * cfg.ghost_percent / 100).max(1) as usize
         } else {
             1
@@ -507,6 +558,7 @@ impl ArenaShard {
             seg_moved: 0,
             seg_pending: Vec::new(),
             seg_dead: Vec::new(),
+            straight_to_main: false,
         }
     }
 
@@ -674,6 +726,12 @@ impl ArenaShard {
         if self.cfg.policy.ghost_window() {
             self.follow_ghosts(hash);
         }
+        if self.cfg.policy == Policy::TinyLfuSieve {
+            // A key the window evicted that comes back while remembered
+            // was evicted too soon: it goes straight to the main part.
+            let fp = Ghost::fingerprint(hash);
+            self.straight_to_main = self.window_ghost.contains(fp);
+        }
         self.insert(key, hash, size);
         false
     }
@@ -706,7 +764,7 @@ impl ArenaShard {
         let small = if self.cfg.policy.uses_ghost() {
             !self.ghost.contains(Ghost::fingerprint(hash))
         } else {
-            self.cfg.policy.is_wtinylfu()
+            self.cfg.policy.uses_sketch() && !std::mem::take(&mut self.straight_to_main)
         };
         self.inserts += 1;
         self.index.insert(key, self.arena.len());
@@ -928,6 +986,8 @@ impl ArenaShard {
                     i = j + 1;
                 }
             }
+            Policy::TinyLfuSieve => self.evict_one_hand(),
+            Policy::WTinyLfuOneHand => self.evict_adaptive_one_hand(),
             Policy::S3Fifo | Policy::S3FifoFullGhost => {
                 let small_target = self.cap_bytes * self.cfg.small_percent / 100;
                 if self.small_items > 0
@@ -1010,6 +1070,160 @@ impl ArenaShard {
                 }
             }
         }
+    }
+}
+
+impl ArenaShard {
+    /// `TinyLfuSieve`: one hand walks the arena from oldest to newest,
+    /// wrapping, and stops at the first entry it evicts. A window entry
+    /// (not judged since it came in) joins the main part if it was hit
+    /// meanwhile or while the main part holds less than its share (99%) of
+    /// what the compaction leaves; otherwise it duels the next unvisited
+    /// main entry ahead of the hand (read, not cleared): the candidate wins
+    /// if the sketch counts it more than that victim plus the margin, and
+    /// the loser is evicted (a losing candidate into the window ghost,
+    /// whose keys come back straight into the main part). A main entry
+    /// hit since the hand last passed is spared, its hit counted; an
+    /// unvisited one stays (main entries leave through duels) unless the
+    /// hand walked a whole cycle without evicting.
+    fn evict_one_hand(&mut self) {
+        let cycle = self.arena.len() + 1;
+        let mut i = self.hand;
+        for walked in 0..3 * cycle {
+            let Some(j) = self.next_from(i, None) else { return };
+            let e = self.arena[j];
+            if e.small || walked >= cycle {
+                // Main entries keep their marks while the hand only passes
+                // them on its way to the window's entries: the duels'
+                // victim search clears them, as a main hand would.
+                self.arena[j].freq = 0;
+                self.sketch.add(e.hash, e.freq);
+            }
+            if e.small {
+                let main = self.bytes - self.small_bytes;
+                let share = 1.0 - self.cfg.window_percent as f64 / 100.0;
+                if e.freq > 0 || main + e.size <= (self.after_bytes as f64 * share) as u64 {
+                    // Hit since it came in, or the main part has room for
+                    // its share of what the compaction leaves: in freely.
+                    self.promote(j);
+                } else {
+                    // The duel: against the next main entry the hand would
+                    // evict (visited ones ahead lose their marks, counted).
+                    let count = self.sketch.estimate(e.hash);
+                    let v = self.take_victim(j + 1);
+                    let wins = v.is_some_and(|v| {
+                        count
+                            > self
+                                .sketch
+                                .estimate(self.arena[v].hash)
+                                .saturating_add(self.cfg.admit_margin)
+                    });
+                    if wins {
+                        let v = v.expect("checked");
+                        self.promote(j);
+                        self.drop_entry(v, false);
+                        self.hand = j + 1;
+                        return;
+                    }
+                    self.window_ghost.push_at(Ghost::fingerprint(e.hash), self.inserts);
+                    self.drop_entry(j, false);
+                    self.hand = j + 1;
+                    return;
+                }
+            } else if e.freq == 0 && walked >= cycle {
+                self.drop_entry(j, false);
+                self.hand = j + 1;
+                return;
+            }
+            i = j + 1;
+        }
+    }
+
+    /// `WTinyLfuOneHand`: the ghost-adaptive W-TinyLFU on one hand (see
+    /// `Policy::WTinyLfuOneHand`). The window's share is `win_target`; the
+    /// hand walks the arena from oldest to newest, wrapping:
+    /// * a window entry while the window is within its share stays (a hit
+    ///   one has its mark cleared and counted), as in SIEVE;
+    /// * a window entry while the window is over its share leaves it: hit
+    ///   since the hand last passed, it joins the main part; otherwise it
+    ///   joins freely while the main part is within its share, or duels the
+    ///   next unvisited main entry ahead (the loser is evicted, into its
+    ///   ghost);
+    /// * a main entry hit since the hand last passed stays (counted); an
+    ///   unvisited one is evicted while the main part is over its share.
+    fn evict_adaptive_one_hand(&mut self) {
+        let cycle = self.arena.len() + 1;
+        let share = self.window_share();
+        let window_cap = (self.after_bytes as f64 * share) as u64;
+        let main_cap = self.after_bytes.saturating_sub(window_cap);
+        let mut i = self.hand;
+        for walked in 0..3 * cycle {
+            let Some(j) = self.next_from(i, None) else { return };
+            let e = self.arena[j];
+            let force = walked >= cycle;
+            let main = self.bytes - self.small_bytes;
+            if e.small {
+                self.arena[j].freq = 0;
+                self.sketch.add(e.hash, e.freq);
+                if self.small_bytes <= window_cap && !force {
+                    i = j + 1;
+                    continue;
+                }
+                if e.freq > 0 || main + e.size <= main_cap {
+                    self.promote(j);
+                    i = j + 1;
+                    continue;
+                }
+                let count = self.sketch.estimate(e.hash);
+                let v = self.take_victim(j + 1);
+                let wins = v.is_some_and(|v| {
+                    let fv = self.sketch.estimate(self.arena[v].hash);
+                    count > fv.saturating_add(self.cfg.admit_margin)
+                });
+                if let (true, Some(v)) = (wins, v) {
+                    self.remember(v, false);
+                    self.drop_entry(v, false);
+                    self.promote(j);
+                } else {
+                    self.remember(j, true);
+                    self.drop_entry(j, false);
+                }
+                self.hand = j + 1;
+                return;
+            }
+            if main > main_cap || force {
+                // Looking for a main victim: SIEVE's rule.
+                if e.freq > 0 && !force {
+                    self.arena[j].freq = 0;
+                    self.sketch.add(e.hash, e.freq);
+                } else {
+                    self.remember(j, false);
+                    self.drop_entry(j, false);
+                    self.hand = j + 1;
+                    return;
+                }
+            }
+            i = j + 1;
+        }
+    }
+
+    /// The next unvisited main entry at or after `from` (wrapping); the
+    /// visited ones before it lose their marks (counted in the sketch).
+    fn take_victim(&mut self, from: usize) -> Option<usize> {
+        let n = self.arena.len();
+        let mut i = if from >= n { 0 } else { from };
+        for _ in 0..2 * n {
+            let e = self.arena[i];
+            if !e.evicted && !e.small {
+                if e.freq == 0 {
+                    return Some(i);
+                }
+                self.arena[i].freq = 0;
+                self.sketch.add(e.hash, e.freq);
+            }
+            i = if i + 1 == n { 0 } else { i + 1 };
+        }
+        None
     }
 }
 

@@ -103,6 +103,20 @@ fn wtinylfu_with_single_evictions_matches_the_reference() {
     }
 }
 
+#[test]
+fn one_hand_policies_hold_a_loop_larger_than_the_cache() {
+    // 1,000 keys in a loop through a cache of 800: SIEVE and LRU hold
+    // nothing; a duel against the next victim ahead of the one hand keeps
+    // most of the main part in place, as two hands do.
+    let trace: Vec<u64> = (0..40).flat_map(|_| 0..1_000u64).collect();
+    let sieve = replay(Config::new(Policy::Sieve, 800), unit(&trace)).hit_ratio();
+    assert!(sieve < 0.05, "SIEVE {sieve}");
+    for policy in [Policy::TinyLfuSieve, Policy::WTinyLfuOneHand, Policy::WTinyLfuGhost] {
+        let h = replay(Config::new(policy, 800), unit(&trace)).hit_ratio();
+        assert!(h > 0.6, "{policy:?} {h}");
+    }
+}
+
 /// A trace whose working set moves (Zipf-like over a window of keys that
 /// slides by half its width every phase), so the adaptive window grows.
 fn shifting_trace(seed: u64, len: usize, space: u64) -> Vec<u64> {

@@ -1549,7 +1549,9 @@ evictions, expirations, compactions, corruptions, resets and salvages
 entry, a reset empties the shard), entries_lost, lock_timeouts, items and
 the byte figures (held_bytes: the memory the file really holds); for
 large values, spilled_values, spilled_bytes (held in their files) and
-spill_refused (files missing or failing their checks: not served).
+spill_refused (files missing or failing their checks: not served); and
+max_compaction_bytes, the most arena bytes one compaction pass examined in
+any shard (what a reader of that shard can wait for at most).
 
 =item max_value_size
 
