@@ -19,6 +19,13 @@ sub new_cache_options {
     return ($self->SUPER::new_cache_options(), share_file => $share_file, cache_size => '32m');
 }
 
+# CHI's, with the main caches' discard order pinned (see Subcaches.pm:
+# 'arbitrary' follows Cache::Near's per-file hash seed).
+sub test_size_awareness_with_subcaches : Tests {
+    require CHI::t::Driver::Near::Subcaches;
+    CHI::t::Driver::Near::Subcaches::run(@_);
+}
+
 sub test_near_cache_is_shared_by_namespaces : Tests {
     my ($self) = @_;
     my $a = $self->new_cache(namespace => 'near-a');

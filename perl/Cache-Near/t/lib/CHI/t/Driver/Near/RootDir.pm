@@ -4,7 +4,9 @@ package CHI::t::Driver::Near::RootDir;
 # whole driver suite, with a root_dir per run) against CHI::Driver::Near,
 # so that a switch from the FastMmap driver is judged by CHI's own
 # expectations of it. Three of its tests read FastMmap specifics; they
-# are restated here for Cache::Near, each difference with its reason.
+# are restated here for Cache::Near, each difference with its reason. A
+# fourth, of the driver suite, pins a discard order that FastMmap's fixed
+# hash gave it by chance (CHI::t::Driver::Near::Subcaches).
 
 use strict;
 use warnings;
@@ -15,6 +17,13 @@ use base qw(CHI::t::Driver::FastMmap);
 sub testing_driver_class { 'CHI::Driver::Near' }
 
 sub required_modules { return { 'Cache::Near' => undef } }
+
+# CHI's, with the main caches' discard order pinned (see Subcaches.pm:
+# 'arbitrary' follows Cache::Near's per-file hash seed).
+sub test_size_awareness_with_subcaches : Tests {
+    require CHI::t::Driver::Near::Subcaches;
+    CHI::t::Driver::Near::Subcaches::run(@_);
+}
 
 # As CHI's: fm_cache is the cache object, files are kept (unlink_on_exit
 # 0), not emptied at exit, and CHI serializes (the cache does not).
