@@ -67,7 +67,8 @@ MAX_REQUESTS = 500_000
 #: engine's 10%; SIEVE and the W-TinyLFU variants also at 2% (a compaction
 #: that mostly drops the newest entries can afford to run more often); SIEVE
 #: and the ghost-adaptive policies on the segment-granular arena, 8 segments
-#: a shard (a 2 MiB shard of 256 KiB segments).
+#: a shard (a 2 MiB shard of 256 KiB segments), and the chosen one on them
+#: cleaned in the conveyor's order (`/fifo8`).
 RUNS: tuple[tuple[str, list[str], str | None], ...] = (
     ("/10%", ["--free", "10"], None),
     (
@@ -78,6 +79,7 @@ RUNS: tuple[tuple[str, list[str], str | None], ...] = (
         "wtinylfu-one-hand",
     ),
     ("/seg8", ["--segments", "8"], "sieve-batched,wtinylfu-ghost,wtinylfu-ghost-aging"),
+    ("/fifo8", ["--segments", "8", "--fifo-cleaner"], "wtinylfu-ghost"),
 )
 #: libCacheSim's policies: the reference the goals are measured against.
 REFERENCE = {row for row, _ in LCS}
@@ -191,7 +193,9 @@ def markdown(rows: list[dict[str, Any]], command: str) -> str:
         "arena, 8 segments a shard: SIEVE decides whole groups of segments at one hand; the "
         "W-TinyLFU policies evict one entry at a time with their own hands, keeping the live "
         "entries 25% (two segments) under the arena, and a cleaner merges the two or three "
-        "adjacent segments holding the most holes. Each candidate's limit holds the mean entry "
+        "adjacent segments holding the most holes (`/fifo8`: cleaned as the engine's conveyor "
+        "can, a segment of holes alone freed at once, otherwise the fewest segments from the "
+        "cleaning cursor, up to four, that free one). Each candidate's limit holds the mean entry "
         "count (on segments, found for each policy). Libcachesim's W-TinyLFU at 50 "
         "entries or fewer has a window of 0 and reads 0.000.",
         "",

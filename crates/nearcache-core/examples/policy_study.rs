@@ -19,7 +19,10 @@
 //! `--window`: the W-TinyLFU window's percent of the cache (1 by default);
 //! `--sketch`: sketch counters per entry in each row (1 by default: 2 bytes
 //! per entry); `--aging`: the sketch halves every N x the entries
-//! additions (10 by default, as TinyLFU).
+//! additions (10 by default, as TinyLFU); `--counter N`: the per-entry hit
+//! counter's largest value (1: a visited bit); `--segments N` with
+//! `--fifo-cleaner`: clean the segments in the conveyor's order
+//! (`Config::segment_fifo`) instead of where the holes are.
 
 use nearcache_core::eviction::{limit_for_mean, replay, Config, Policy, Walk};
 use std::process::ExitCode;
@@ -66,6 +69,7 @@ fn run() -> Result<(), String> {
     let mut slack = None;
     let mut margin = None;
     let mut counter = None;
+    let mut fifo_cleaner = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -94,6 +98,7 @@ fn run() -> Result<(), String> {
             "--plain-duel" => plain = true,
             "--no-fill" => no_fill = true,
             "--group" => group = true,
+            "--fifo-cleaner" => fifo_cleaner = true,
             "--slack" => {
                 let v = it.next().ok_or("--slack needs a value")?;
                 let f: u64 = v.parse().map_err(|_| format!("bad --slack {v}"))?;
@@ -243,6 +248,7 @@ fn run() -> Result<(), String> {
             if let Some(f) = ghost_age {
                 cfg.ghost_age = f;
             }
+            cfg.segment_fifo = fifo_cleaner;
             if let Some(c) = counter {
                 cfg.counter_max = c;
             }

@@ -329,6 +329,13 @@ pub struct Config {
     /// With the cleaner, percent of the arena kept free of live entries
     /// (at least two segments) so that holes gather into whole segments.
     pub segment_slack: u64,
+    /// With the cleaner, clean as the engine's conveyor can: a segment of
+    /// nothing but holes is freed at once wherever it is; otherwise the
+    /// group merged starts where the last one left off (oldest to newest,
+    /// never the head, wrapping) and is the fewest segments, up to four,
+    /// that free one. The default cleaner picks the group holding the most
+    /// holes anywhere.
+    pub segment_fifo: bool,
 }
 
 impl Config {
@@ -375,6 +382,7 @@ impl Config {
             segment_fill: true,
             segment_cleaner: policy != Policy::Sieve,
             segment_slack: 10,
+            segment_fifo: false,
         }
     }
 }

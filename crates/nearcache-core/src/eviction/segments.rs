@@ -173,6 +173,13 @@ impl ArenaShard {
         debug_assert_eq!(out_len.iter().sum::<usize>(), live_entries);
         let kept = out_used.len();
         self.seg_free += k - kept;
+        if self.cfg.segment_fifo {
+            if h < self.seg_hand {
+                self.seg_hand -= (k - kept).min(self.seg_hand - h);
+            } else if h == self.seg_hand {
+                self.seg_hand = h + kept;
+            }
+        }
         self.seg_used.splice(h..h + k, out_used);
         self.seg_len.splice(h..h + k, out_len);
         self.seg_dead.splice(h..h + k, std::iter::repeat(0).take(kept));
@@ -264,6 +271,9 @@ impl ArenaShard {
 
     /// The group `(first segment, segments)` to merge, if any frees one.
     fn best_group(&self) -> Option<(usize, usize)> {
+        if self.cfg.segment_fifo {
+            return self.fifo_group();
+        }
         // The head may be merged too: the window's losers are its holes.
         let n = self.seg_used.len();
         let mut best: Option<(u64, usize, usize)> = None;
@@ -282,6 +292,35 @@ impl ArenaShard {
             }
         }
         best.map(|(_, h, k)| (h, k))
+    }
+
+    /// `Config::segment_fifo`: a segment of holes alone (not the head), or
+    /// the fewest segments from the cleaning cursor (up to four, never the
+    /// head) that free one.
+    fn fifo_group(&self) -> Option<(usize, usize)> {
+        let n = self.seg_used.len();
+        if n < 2 {
+            return None;
+        }
+        let last = n - 1; // the head
+        if let Some(h) =
+            (0..last).find(|&h| self.seg_used[h] > 0 && self.seg_used[h] == self.seg_dead[h])
+        {
+            return Some((h, 1));
+        }
+        let start = if self.seg_hand + 2 > last { 0 } else { self.seg_hand };
+        for k in 2..=4usize {
+            if start + k > last {
+                break;
+            }
+            let used: u64 = self.seg_used[start..start + k].iter().sum();
+            let holes: u64 = self.seg_dead[start..start + k].iter().sum();
+            let kept = (used - holes).div_ceil(self.seg_cap).max(1) as usize;
+            if kept < k {
+                return Some((start, k));
+            }
+        }
+        None
     }
 
     /// Merge segments `h..h + k`: live entries copied in order into the
