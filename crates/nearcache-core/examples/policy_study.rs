@@ -45,6 +45,35 @@ fn read_oracle_general(path: &str, sizes: bool) -> Result<Vec<(u64, u64)>, Strin
         .collect())
 }
 
+/// The value after `flag` on the command line.
+fn arg<'a>(it: &mut std::slice::Iter<'a, String>, flag: &str) -> Result<&'a String, String> {
+    it.next().ok_or_else(|| format!("{flag} needs a value"))
+}
+
+/// The value after `flag`, parsed.
+fn parsed<T: std::str::FromStr>(
+    it: &mut std::slice::Iter<'_, String>,
+    flag: &str,
+) -> Result<T, String> {
+    let v = arg(it, flag)?;
+    v.parse().map_err(|_| format!("bad {flag} {v}"))
+}
+
+/// The value after `flag`, parsed and within `range` (`what` says the
+/// range in the error).
+fn ranged<T: std::str::FromStr + PartialOrd + std::fmt::Display>(
+    it: &mut std::slice::Iter<'_, String>,
+    flag: &str,
+    range: std::ops::RangeInclusive<T>,
+    what: &str,
+) -> Result<T, String> {
+    let v: T = parsed(it, flag)?;
+    if !range.contains(&v) {
+        return Err(format!("{flag} {v}: {what}"));
+    }
+    Ok(v)
+}
+
 fn run() -> Result<(), String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut positional = Vec::new();
@@ -73,12 +102,9 @@ fn run() -> Result<(), String> {
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
-            "--shards" => {
-                let v = it.next().ok_or("--shards needs a value")?;
-                shards = v.parse().map_err(|_| format!("bad --shards {v}"))?;
-            }
+            "--shards" => shards = parsed(&mut it, "--shards")?,
             "--policies" => {
-                let v = it.next().ok_or("--policies needs a value")?;
+                let v = arg(&mut it, "--policies")?;
                 policies = v
                     .split(',')
                     .map(|n| Policy::from_name(n).ok_or(format!("unknown policy {n}")))
@@ -86,12 +112,12 @@ fn run() -> Result<(), String> {
             }
             "--sizes" => sizes = true,
             "--ghost-age" => {
-                let v = it.next().ok_or("--ghost-age needs a value")?;
-                let f: f64 = v.parse().map_err(|_| format!("bad --ghost-age {v}"))?;
-                if !(0.0..=100.0).contains(&f) {
-                    return Err(format!("--ghost-age {f}: 0 (off) to 100 x the queue"));
-                }
-                ghost_age = Some(f);
+                ghost_age = Some(ranged::<f64>(
+                    &mut it,
+                    "--ghost-age",
+                    0.0..=100.0,
+                    "0 (off) to 100 x the queue",
+                )?)
             }
             "--tiebreak" => tie_break = true,
             "--conservative" => conservative = true,
@@ -100,90 +126,54 @@ fn run() -> Result<(), String> {
             "--group" => group = true,
             "--fifo-cleaner" => fifo_cleaner = true,
             "--slack" => {
-                let v = it.next().ok_or("--slack needs a value")?;
-                let f: u64 = v.parse().map_err(|_| format!("bad --slack {v}"))?;
-                if f > 50 {
-                    return Err(format!("--slack {f}: 0 to 50 percent of the arena"));
-                }
-                slack = Some(f);
+                slack =
+                    Some(ranged::<u64>(&mut it, "--slack", 0..=50, "0 to 50 percent of the arena")?)
             }
             "--segments" => {
-                let v = it.next().ok_or("--segments needs a value")?;
-                segments = v.parse().map_err(|_| format!("bad --segments {v}"))?;
-                if !(4..=1024).contains(&segments) {
-                    return Err(format!("--segments {segments}: 4 to 1024 segments per shard"));
-                }
+                segments = ranged(&mut it, "--segments", 4..=1024, "4 to 1024 segments per shard")?
             }
             "--counter" => {
-                let v = it.next().ok_or("--counter needs a value")?;
-                let c: u8 = v.parse().map_err(|_| format!("bad --counter {v}"))?;
-                if !(1..=3).contains(&c) {
-                    return Err(format!("--counter {c}: 1 (a visited bit) to 3 (two bits)"));
-                }
-                counter = Some(c);
+                counter = Some(ranged::<u8>(
+                    &mut it,
+                    "--counter",
+                    1..=3,
+                    "1 (a visited bit) to 3 (two bits)",
+                )?)
             }
-            "--margin" => {
-                let v = it.next().ok_or("--margin needs a value")?;
-                margin = Some(v.parse::<u8>().map_err(|_| format!("bad --margin {v}"))?);
-            }
+            "--margin" => margin = Some(parsed::<u8>(&mut it, "--margin")?),
             "--walk" => {
-                let v = it.next().ok_or("--walk needs a value")?;
+                let v = arg(&mut it, "--walk")?;
                 walk = Some(Walk::from_name(v).ok_or(format!("--walk {v}: fifo, sieve or clock"))?);
             }
-            "--wmax" => {
-                let v = it.next().ok_or("--wmax needs a value")?;
-                let w: u64 = v.parse().map_err(|_| format!("bad --wmax {v}"))?;
-                if !(1..=99).contains(&w) {
-                    return Err(format!("--wmax {w}: 1 to 99 percent"));
-                }
-                wmax = Some(w);
-            }
+            "--wmax" => wmax = Some(ranged::<u64>(&mut it, "--wmax", 1..=99, "1 to 99 percent")?),
             "--ghost" => {
-                let v = it.next().ok_or("--ghost needs a value")?;
-                let g: u64 = v.parse().map_err(|_| format!("bad --ghost {v}"))?;
-                if !(1..=400).contains(&g) {
-                    return Err(format!("--ghost {g}: 1 to 400 percent of the entries"));
-                }
-                ghost = Some(g);
+                ghost = Some(ranged::<u64>(
+                    &mut it,
+                    "--ghost",
+                    1..=400,
+                    "1 to 400 percent of the entries",
+                )?)
             }
             "--step" => {
-                let v = it.next().ok_or("--step needs a value")?;
-                let f: f64 = v.parse().map_err(|_| format!("bad --step {v}"))?;
-                if !(0.01..=1000.0).contains(&f) {
-                    return Err(format!("--step {f}: 0.01 to 1000 entries"));
-                }
-                step = Some(f);
+                step =
+                    Some(ranged::<f64>(&mut it, "--step", 0.01..=1000.0, "0.01 to 1000 entries")?)
             }
             "--sketch" => {
-                let v = it.next().ok_or("--sketch needs a value")?;
-                let f: f64 = v.parse().map_err(|_| format!("bad --sketch {v}"))?;
-                if !(0.01..=16.0).contains(&f) {
-                    return Err(format!("--sketch {f}: 0.01 to 16 counters per entry"));
-                }
-                sketch = Some(f);
+                sketch = Some(ranged::<f64>(
+                    &mut it,
+                    "--sketch",
+                    0.01..=16.0,
+                    "0.01 to 16 counters per entry",
+                )?)
             }
             "--aging" => {
-                let v = it.next().ok_or("--aging needs a value")?;
-                let a: u64 = v.parse().map_err(|_| format!("bad --aging {v}"))?;
-                if !(1..=100).contains(&a) {
-                    return Err(format!("--aging {a}: 1 to 100 x the entries"));
-                }
-                aging = Some(a);
+                aging = Some(ranged::<u64>(&mut it, "--aging", 1..=100, "1 to 100 x the entries")?)
             }
             "--window" => {
-                let v = it.next().ok_or("--window needs a value")?;
-                let w: u64 = v.parse().map_err(|_| format!("bad --window {v}"))?;
-                if !(1..=80).contains(&w) {
-                    return Err(format!("--window {w}: 1 to 80 percent"));
-                }
-                window = Some(w);
+                window = Some(ranged::<u64>(&mut it, "--window", 1..=80, "1 to 80 percent")?)
             }
             "--free" => {
-                let v = it.next().ok_or("--free needs a value")?;
-                free = v.parse().map_err(|_| format!("bad --free {v}"))?;
-                if !(1..=50).contains(&free) {
-                    return Err(format!("--free {free}: a compaction frees 1 to 50 percent"));
-                }
+                free = ranged(&mut it, "--free", 1..=50, "a compaction frees 1 to 50 percent")?
             }
             _ => positional.push(a.clone()),
         }

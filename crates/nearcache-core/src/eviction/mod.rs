@@ -1115,19 +1115,7 @@ impl ArenaShard {
                     // its share of what the compaction leaves: in freely.
                     self.promote(j);
                 } else {
-                    // The duel: against the next main entry the hand would
-                    // evict (visited ones ahead lose their marks, counted).
-                    let count = self.sketch.estimate(e.hash);
-                    let v = self.take_victim(j + 1);
-                    let wins = v.is_some_and(|v| {
-                        count
-                            > self
-                                .sketch
-                                .estimate(self.arena[v].hash)
-                                .saturating_add(self.cfg.admit_margin)
-                    });
-                    if wins {
-                        let v = v.expect("checked");
+                    if let Some(v) = self.duel_ahead(j) {
                         self.promote(j);
                         self.drop_entry(v, false);
                         self.hand = j + 1;
@@ -1182,13 +1170,7 @@ impl ArenaShard {
                     i = j + 1;
                     continue;
                 }
-                let count = self.sketch.estimate(e.hash);
-                let v = self.take_victim(j + 1);
-                let wins = v.is_some_and(|v| {
-                    let fv = self.sketch.estimate(self.arena[v].hash);
-                    count > fv.saturating_add(self.cfg.admit_margin)
-                });
-                if let (true, Some(v)) = (wins, v) {
+                if let Some(v) = self.duel_ahead(j) {
                     self.remember(v, false);
                     self.drop_entry(v, false);
                     self.promote(j);
@@ -1213,6 +1195,17 @@ impl ArenaShard {
             }
             i = j + 1;
         }
+    }
+
+    /// The duel of the one-hand policies: window entry `j` against the
+    /// next main entry the hand would evict (`take_victim`: visited ones
+    /// ahead lose their marks, counted). The victim, if `j` wins: the
+    /// sketch counts it more than the victim plus the margin.
+    fn duel_ahead(&mut self, j: usize) -> Option<usize> {
+        let count = self.sketch.estimate(self.arena[j].hash);
+        let v = self.take_victim(j + 1)?;
+        let victim = self.sketch.estimate(self.arena[v].hash);
+        (count > victim.saturating_add(self.cfg.admit_margin)).then_some(v)
     }
 
     /// The next unvisited main entry at or after `from` (wrapping); the

@@ -187,6 +187,22 @@ fn ghost_window_follows_shifts_and_holds_loops() {
 /// the bytes of the segments the live entries plus the holes the cleaner
 /// has not merged yet, and the hit ratio close to the entry-granular
 /// arena's at the same mean entry count.
+/// The segment arena's books after a request: segment bytes are live
+/// bytes plus holes (plus moves waiting for the head), every entry is in a
+/// segment or waiting, segments in use and the pool make `segments`, none
+/// is over its size, and the index holds the live entries.
+fn assert_segment_books(shard: &ArenaShard, segments: usize, at: &str) {
+    let used: u64 = shard.seg_used.iter().sum();
+    let dead: u64 = shard.seg_dead.iter().sum();
+    let pending: u64 = shard.seg_pending.iter().sum();
+    assert_eq!(used - dead + pending, shard.bytes, "{at}");
+    let entries: usize = shard.seg_len.iter().sum();
+    assert_eq!(entries + shard.seg_pending.len(), shard.arena.len(), "{at}");
+    assert_eq!(shard.seg_used.len() + shard.seg_free, segments, "{at}");
+    assert!(shard.seg_used.iter().all(|&u| u <= shard.seg_cap), "{at}");
+    assert!(shard.index.len() as u64 == shard.items, "{at}");
+}
+
 #[test]
 fn segments_keep_their_books_and_the_hit_ratio() {
     let trace = unit(&random_trace(21, 30_000, 4_000));
@@ -196,15 +212,7 @@ fn segments_keep_their_books_and_the_hit_ratio() {
         let mut shard = ArenaShard::new(c, 1_000, 1_000);
         for (i, &(k, s)) in trace.iter().enumerate() {
             shard.access(k, s);
-            let used: u64 = shard.seg_used.iter().sum();
-            let dead: u64 = shard.seg_dead.iter().sum();
-            let pending: u64 = shard.seg_pending.iter().sum();
-            assert_eq!(used - dead + pending, shard.bytes, "{policy:?}, request {i}");
-            let entries: usize = shard.seg_len.iter().sum();
-            assert_eq!(entries + shard.seg_pending.len(), shard.arena.len(), "request {i}");
-            assert_eq!(shard.seg_used.len() + shard.seg_free, 8, "{policy:?}, request {i}");
-            assert!(shard.seg_used.iter().all(|&u| u <= shard.seg_cap), "request {i}");
-            assert!(shard.index.len() as u64 == shard.items, "{policy:?}, request {i}");
+            assert_segment_books(&shard, 8, &format!("{policy:?}, request {i}"));
         }
         assert!(shard.compactions() > 10, "{policy:?}");
         assert!(shard.copied_bytes() > 0, "{policy:?}");
@@ -374,14 +382,10 @@ fn a_conveyor_order_cleaner_keeps_its_books_and_loses_the_loop() {
     let mut shard = ArenaShard::new(c, 1_000, 1_000);
     for (i, &(k, s)) in trace.iter().enumerate() {
         shard.access(k, s);
-        let used: u64 = shard.seg_used.iter().sum();
-        let dead: u64 = shard.seg_dead.iter().sum();
-        let pending: u64 = shard.seg_pending.iter().sum();
-        assert_eq!(used - dead + pending, shard.bytes, "request {i}");
-        assert_eq!(shard.seg_used.len() + shard.seg_free, 8, "request {i}");
+        assert_segment_books(&shard, 8, &format!("request {i}"));
         assert!(shard.seg_hand < shard.seg_used.len().max(1), "request {i}");
     }
-    let lp: Vec<(u64, u64)> = (0..40).flat_map(|_| 0..1_000u64).map(|k| (k, 1)).collect();
+    let lp = unit(&(0..40).flat_map(|_| 0..1_000u64).collect::<Vec<_>>());
     let mut greedy = Config::new(Policy::WTinyLfuGhost, 800);
     greedy.segments = 8;
     let mut fifo = greedy;
