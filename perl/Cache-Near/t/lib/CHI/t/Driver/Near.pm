@@ -5,6 +5,7 @@ package CHI::t::Driver::Near;
 use strict;
 use warnings;
 use CHI::Test;
+use CHI::t::Driver::Near::Subcaches;
 use base qw(CHI::t::Driver);
 
 my ($share_file, $owner_pid);
@@ -19,11 +20,17 @@ sub new_cache_options {
     return ($self->SUPER::new_cache_options(), share_file => $share_file, cache_size => '32m');
 }
 
-# CHI's, with the main caches' discard order pinned (see Subcaches.pm:
-# 'arbitrary' follows Cache::Near's per-file hash seed).
+# CHI's, run with the discard orders of the caches it builds pinned (see
+# Subcaches.pm: 'arbitrary' follows Cache::Near's per-file hash seed, and
+# the Memory l1 cache's LRU ties go in Perl's hash order).
 sub test_size_awareness_with_subcaches : Tests {
-    require CHI::t::Driver::Near::Subcaches;
     CHI::t::Driver::Near::Subcaches::run(@_);
+}
+
+sub new_cache {
+    my $self = shift;
+    my @params = $self->{near_pin_discard} ? CHI::t::Driver::Near::Subcaches::pinned(@_) : @_;
+    return $self->SUPER::new_cache(@params);
 }
 
 sub test_near_cache_is_shared_by_namespaces : Tests {
