@@ -4,11 +4,12 @@
 //! file  = [file header, HEADER_SIZE bytes][shard 0][shard 1]...[shard n-1]
 //! file header = [fields, 128 bytes][per-CPU counter stripes, from 128]
 //! shard = [shard header, SHARD_HEADER_SIZE bytes]
-//!         [segment table: one u64 per segment, padded to 64 bytes]
+//!         [segment table: two u64 per segment, padded to 64 bytes]
 //!         [slot index: slots_per_shard x u64]
 //!         [arena: segment_count segments of segment_size bytes, entries
 //!          appended in insertion order, 4-byte aligned]
-//! segment word = next segment (u32, u32::MAX: none) << 32 | used bytes (u32)
+//! segment words = [next segment (u32, u32::MAX: none) << 32 | used bytes (u32)]
+//!                 [live bytes: entries not marked dead (u64)]
 //! entry = [meta: u32 expires_at_ms low 32 bits,
 //!                u32 expires_at_ms high 16 bits | (key_len - 1) << 16]
 //!         [len u32: value_len (31 bits) | dead << 31][flags u32]
@@ -52,7 +53,10 @@ pub const MAGIC: [u8; 8] = *b"NEARCACH";
 /// read cursor and progress count in two shard header words, judged bytes
 /// left as dead filler entries between passes: an older engine would
 /// compact from a write cursor that no longer marks where judging stopped.
-pub const LAYOUT_VERSION: u32 = 10;
+/// Version 11: a second word per segment counts its live bytes, and the
+/// conveyor frees a segment that holds none without reading it: an older
+/// engine would leave the counts stale.
+pub const LAYOUT_VERSION: u32 = 11;
 /// Size of the file header; shards start here, page-aligned.
 pub const HEADER_SIZE: usize = 4096;
 /// Shard sizes are multiples of this.
@@ -126,6 +130,9 @@ pub const KEEP_AHEAD_WINDOW: usize = 8;
 /// Smallest segment: an entry with the longest key (64 KiB) and a spilled
 /// value's reference must fit in one.
 pub const MIN_SEGMENT_SIZE: usize = 96 * 1024;
+/// Words per segment in the segment table: links and used bytes, then
+/// live bytes (`shard/segments.rs`).
+pub const SEGMENT_WORDS: usize = 2;
 /// Fewest segments of a segmented arena: a smaller one is a single
 /// segment (shards under about 850 KiB), compacted whole. Eight: a 1 MiB
 /// shard (nine segments) is segmented. A segmented shard holds up to one
@@ -439,11 +446,11 @@ impl Geometry {
         SHARD_HEADER_SIZE
     }
 
-    /// Bytes the segment table takes: one word per segment of the smallest
-    /// size the shard could hold, padded to a cache line (a 2 MiB shard: 256
-    /// bytes; the largest, 16 GiB: 2 MiB, 1/8192 of it).
+    /// Bytes the segment table takes: two words per segment of the smallest
+    /// size the shard could hold, padded to a cache line (a 2 MiB shard: 384
+    /// bytes; the largest, 16 GiB: 2.7 MiB, 1/6144 of it).
     fn segment_table_size(&self) -> usize {
-        ((self.shard_size / MIN_SEGMENT_SIZE).max(1) * 8).next_multiple_of(64)
+        ((self.shard_size / MIN_SEGMENT_SIZE).max(1) * SEGMENT_WORDS * 8).next_multiple_of(64)
     }
 
     /// Offset of the slot index inside a shard.

@@ -365,6 +365,7 @@ impl<'a> ShardGuard<'a> {
         std::sync::atomic::fence(Ordering::Release);
         self.set_hdr(sh::BUMP, (off + size) as u64);
         self.add_stat(sh::LIVE_BYTES, size as u64);
+        self.count_live(off, size, false);
     }
 
     /// Lazy files, on an empty shard: give the memory beyond the initial

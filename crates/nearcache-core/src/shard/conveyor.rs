@@ -68,6 +68,11 @@ pub(super) struct Pass {
     pub(super) stuck: bool,
 }
 
+/// What passing over a segment of nothing but dead bytes costs a pass's
+/// budget: about one entry's header read, so that a pass that frees many
+/// such segments stays bounded by its budget like any other.
+const SKIP_COST: usize = 64;
+
 /// The conveyor's cursors as segment and offset within it.
 #[derive(Clone, Copy)]
 struct Cursors {
@@ -233,6 +238,15 @@ impl<'a> ShardGuard<'a> {
             if pass.examined >= budget {
                 break;
             }
+            if (r != w || wp == 0) && self.seg_live(r) == 0 {
+                // What is left of `r` holds no live entry (before the read
+                // cursor lie only bytes already judged, and no survivor
+                // when `w` is elsewhere or kept nothing yet): it goes
+                // unread.
+                pass.examined += SKIP_COST;
+                rp = r_used;
+                continue;
+            }
             let base = self.seg_start(r);
             let e = self.entry(base + rp, base + r_used)?;
             pass.examined += e.size;
@@ -259,6 +273,10 @@ impl<'a> ShardGuard<'a> {
                 (w, wp, w_used) = (r, 0, r_used);
             }
             let dst = self.seg_start(w) + wp;
+            if w != r {
+                self.count_live(e.off, e.size, true);
+                self.count_live(dst, e.size, false);
+            }
             if dst != e.off {
                 // SAFETY: both ranges lie in used parts of segments of this
                 // pass (the entry was checked; the destination is below
@@ -343,11 +361,19 @@ impl<'a> ShardGuard<'a> {
     /// free and none was ever left unused. Stops at the first segment freed.
     #[inline]
     pub(super) fn keep_ahead(&self, before: u64, now: &mut Now) {
-        // Most writes cross no boundary: one load and a shift decide.
+        // Most writes cross no boundary, or do outside the head's last
+        // eighth: two loads, a shift and a multiply decide. (Words out of
+        // step are met by the checks of the write path.)
         let after = self.hdr(sh::BUMP);
         let chunk = (STEP_BUDGET / KEEP_AHEAD) as u64;
         if after / chunk == before / chunk || !self.segmented() {
             return;
+        }
+        let size = self.shard.seg_size as u64;
+        let head_end = self.hdr(sh::HEAD).saturating_add(1).saturating_mul(size);
+        match head_end.checked_sub(after) {
+            Some(room) if room.saturating_mul(KEEP_AHEAD_WINDOW as u64) <= size => {}
+            _ => return,
         }
         self.pay_passes(before, after, now);
     }
@@ -357,10 +383,7 @@ impl<'a> ShardGuard<'a> {
     #[inline(never)]
     fn pay_passes(&self, before: u64, after: u64, now: &mut Now) {
         let chunk = (STEP_BUDGET / KEEP_AHEAD) as u64;
-        let size = self.shard.seg_size as u64;
-        let room = size - after % size;
-        if room * KEEP_AHEAD_WINDOW as u64 > size
-            || self.hdr(sh::FREE) != NO_SEGMENT as u64
+        if self.hdr(sh::FREE) != NO_SEGMENT as u64
             || self.hdr(sh::FRESH) < self.shard.seg_count as u64
         {
             return;

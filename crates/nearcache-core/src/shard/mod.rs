@@ -136,6 +136,9 @@ pub(crate) struct Shard {
     /// Segments of the arena and their size (`segments.rs`).
     seg_count: usize,
     seg_size: usize,
+    /// `seg_size`'s reciprocal for `ShardGuard::seg_of` (a multiply, not a
+    /// division, on every write).
+    seg_recip: u64,
     /// Offsets of the segment table and of the index in the shard.
     table_off: usize,
     index_off: usize,
@@ -279,6 +282,7 @@ impl Shard {
             ver_bits: version_offset_bits(geo.arena_size()),
             seg_count: geo.segments().0,
             seg_size: geo.segments().1,
+            seg_recip: segments::reciprocal(geo.segments().1),
             table_off: geo.segment_table_offset(),
             index_off: geo.index_offset(),
         }
@@ -684,6 +688,7 @@ impl<'a> ShardGuard<'a> {
         self.set_slot(i, Self::slot_value(hash, off) | visited);
         self.note_dropped(e);
         self.mark_dead(e);
+        self.count_live(e.off, e.size, true);
         self.set_hdr(sh::LIVE_BYTES, self.hdr(sh::LIVE_BYTES).saturating_sub(e.size as u64));
         true
     }

@@ -90,7 +90,13 @@ impl<'a> ShardGuard<'a> {
         self.begin_write();
         self.begin_move();
         let mut live = Vec::new();
-        let walked = self.salvage_segments().and_then(|_| {
+        let walked = self.salvage_segments().and_then(|chain| {
+            // The live counts are rebuilt with the index, below.
+            if self.segmented() {
+                for c in chain {
+                    self.set_seg_live(c, 0);
+                }
+            }
             self.walk_entries(|e| {
                 if !e.is_dead() {
                     live.push(*e);
@@ -119,6 +125,7 @@ impl<'a> ShardGuard<'a> {
             let slot = match self.probe(&key, hash, None) {
                 Ok(Probe { found: Some((i, old)), .. }) => {
                     self.mark_dead(&old);
+                    self.count_live(old.off, old.size, true);
                     items -= 1;
                     live_bytes -= old.size as u64;
                     Some(i)
@@ -136,6 +143,7 @@ impl<'a> ShardGuard<'a> {
                 return Err(Corrupt("index full while salvaging"));
             };
             self.set_slot(slot, Self::slot_value(hash, e.off));
+            self.count_live(e.off, e.size, false);
             items += 1;
             live_bytes += e.size as u64;
         }
@@ -170,10 +178,12 @@ impl<'a> ShardGuard<'a> {
         let mut live = 0u64;
         let mut live_bytes = 0u64;
         let mut unreachable = None;
+        let mut seg_live = vec![0u64; self.shard.seg_count];
         self.walk_entries(|e| {
             if !e.is_dead() {
                 live += 1;
                 live_bytes += e.size as u64;
+                seg_live[e.off / self.shard.seg_size] += e.size as u64;
                 // The index must lead to exactly this entry.
                 let mut key = Vec::new();
                 let hash = self.entry_hash(e, &mut key);
@@ -189,6 +199,17 @@ impl<'a> ShardGuard<'a> {
         .map_err(s)?;
         if let Some(off) = unreachable {
             return Err(format!("live entry at {off} is not reachable from the index"));
+        }
+        if self.segmented() {
+            for seg in self.chain().map_err(s)? {
+                if self.seg_live(seg) != seg_live[seg] {
+                    return Err(format!(
+                        "segment {seg} counts {} live bytes but holds {}",
+                        self.seg_live(seg),
+                        seg_live[seg]
+                    ));
+                }
+            }
         }
         let mut used = 0u64;
         let mut tombs = 0u64;

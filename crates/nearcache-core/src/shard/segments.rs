@@ -6,11 +6,13 @@
 //! the arena divided evenly); an arena shorter than `MIN_SEGMENTS` (8)
 //! minimum segments (shards under about 850 KiB) is one segment, the whole
 //! arena, compacted whole as before segments (`compaction.rs`; bounded: the
-//! shard is small). A table of one word per segment sits between the shard
-//! header and the index: `next (u32) << 32 | used (u32)`. `used` is the bytes of entries
-//! from the segment's start (the head's lives in `BUMP`, a global arena
-//! offset, so that an append writes one word); `next` links a segment to
-//! the next newer one, or the next free one.
+//! shard is small). A table of two words per segment sits between the
+//! shard header and the index: `next (u32) << 32 | used (u32)`, then
+//! `live`. `used` is the bytes of entries from the segment's start (the
+//! head's lives in `BUMP`, a global arena offset, so that an append writes
+//! one word there); `next` links a segment to the next newer one, or the
+//! next free one; `live` is the bytes of the segment's entries not marked
+//! dead.
 //!
 //! * Entries keep global arena offsets (`segment * size + offset`):
 //!   slots, versions and the optimistic reader are unchanged. An entry
@@ -38,6 +40,18 @@
 //!   `HEAD` names it, so a repair after a dead holder walks the chain from
 //!   `TAIL` to the segment whose `next` is none, and rebuilds the free
 //!   list from the segments not on it.
+//! * Live bytes: an append adds its entry's size to its segment's `live`,
+//!   and whatever marks a live entry dead or drops it (delete, overwrite,
+//!   a compaction's drop) subtracts it; a survivor the conveyor copies to
+//!   another segment moves its bytes from one count to the other. A
+//!   segment taken or freed starts at 0. So `live` is exact between
+//!   operations, and a segment whose `live` is 0 holds nothing but dead
+//!   bytes: the conveyor frees it without reading it. A holder that dies
+//!   in a write leaves the counts to `salvage`, which recounts them from
+//!   the entries (and resets the shard inside a move, as for every other
+//!   word). A count a hostile file lowered frees live entries without
+//!   their slots: the slots then lead to bytes that fail their checks
+//!   (a reset), never outside the shard.
 //! * Every table and header word is checked before use: `used` within the
 //!   segment and the reserved arena, links within the table and below
 //!   `FRESH`, walks bounded by the segment count (a cycle ends as
@@ -47,6 +61,22 @@ use super::{Check, Corrupt, Entry, Now, ShardGuard};
 use crate::hash::tag_of;
 use crate::layout::*;
 use std::ptr;
+
+/// `m` such that `n * m >> 64` is `n / d` for every arena offset `n`:
+/// `floor(2^64 / d) + 1` (or `2^64 / d` for a power of two). Exact while
+/// `n < 2^64 / d` (the error `n / 2^64` stays below `1 / d`): arena offsets
+/// are below 2^35 (`MAX_SHARD_SIZE`) and segments below 2^20
+/// (`SEGMENT_SIZE` plus a little, or a one-segment arena under 850 KiB).
+pub(super) fn reciprocal(d: usize) -> u64 {
+    assert!(d > 1 && d < 1 << 20, "segment size {d}");
+    u64::MAX / d as u64 + 1
+}
+
+/// `n / d` for the `m` that `reciprocal(d)` gave.
+#[inline]
+fn divide(n: usize, m: u64) -> usize {
+    ((n as u128 * m as u128) >> 64) as usize
+}
 
 fn seg_word(used: u32, next: u32) -> u64 {
     (next as u64) << 32 | used as u64
@@ -80,6 +110,7 @@ impl Dropped {
     pub(super) fn drop_entry(&mut self, g: &ShardGuard<'_>, e: &Entry, slot: usize, t: u64) {
         g.note_dropped(e);
         g.set_slot(slot, TOMBSTONE);
+        g.count_live(e.off, e.size, true);
         self.purge.push(slot);
         self.bytes += e.size;
         if e.expired(t) {
@@ -120,22 +151,65 @@ impl<'a> ShardGuard<'a> {
         self.shard.seg_count > 1
     }
 
-    fn seg_ptr(&self, s: usize) -> *mut u64 {
-        assert!(s < self.shard.seg_count);
-        // SAFETY: the table holds seg_count words from table_off, inside
-        // the shard (Geometry::arena_offset leaves room for them); 8-aligned
-        // (the table starts on a cache line).
-        unsafe { self.shard.base.add(self.shard.table_off + s * 8) as *mut u64 }
+    /// Word `word` (0: links and used bytes, 1: live bytes) of segment `s`.
+    fn seg_ptr(&self, s: usize, word: usize) -> *mut u64 {
+        assert!(s < self.shard.seg_count && word < SEGMENT_WORDS);
+        // SAFETY: the table holds SEGMENT_WORDS words per segment for
+        // seg_count segments from table_off, inside the shard
+        // (Geometry::arena_offset leaves room for them); 8-aligned (the
+        // table starts on a cache line).
+        unsafe {
+            self.shard.base.add(self.shard.table_off + (s * SEGMENT_WORDS + word) * 8) as *mut u64
+        }
     }
 
     fn seg_raw(&self, s: usize) -> u64 {
         // SAFETY: see seg_ptr; reserved in lazy files (reserve_initial).
-        unsafe { ptr::read_volatile(self.seg_ptr(s)) }
+        unsafe { ptr::read_volatile(self.seg_ptr(s, 0)) }
     }
 
     pub(super) fn set_seg(&self, s: usize, used: u32, next: u32) {
         // SAFETY: as in seg_raw; the lock is held.
-        unsafe { ptr::write_volatile(self.seg_ptr(s), seg_word(used, next)) }
+        unsafe { ptr::write_volatile(self.seg_ptr(s, 0), seg_word(used, next)) }
+    }
+
+    /// The live bytes segment `s` counts (unchecked: a hint whose only use
+    /// is "0: nothing to read here"; see the module comment).
+    pub(super) fn seg_live(&self, s: usize) -> u64 {
+        // SAFETY: as in seg_raw.
+        unsafe { ptr::read_volatile(self.seg_ptr(s, 1)) }
+    }
+
+    pub(super) fn set_seg_live(&self, s: usize, live: u64) {
+        // SAFETY: as in seg_raw; the lock is held.
+        unsafe { ptr::write_volatile(self.seg_ptr(s, 1), live) }
+    }
+
+    /// Add `bytes` to the live count of the segment holding arena offset
+    /// `off` (a checked entry's), or subtract them (`gone`). Shards of one
+    /// segment keep no count (`LIVE_BYTES` is theirs).
+    #[inline]
+    pub(super) fn count_live(&self, off: usize, bytes: usize, gone: bool) {
+        if !self.segmented() {
+            return;
+        }
+        let s = self.seg_of(off);
+        if s < self.shard.seg_count {
+            let live = self.seg_live(s);
+            let live = if gone {
+                live.saturating_sub(bytes as u64)
+            } else {
+                live.saturating_add(bytes as u64)
+            };
+            self.set_seg_live(s, live);
+        }
+    }
+
+    /// The segment holding arena offset `off` (not checked against the
+    /// segment count).
+    #[inline]
+    pub(super) fn seg_of(&self, off: usize) -> usize {
+        divide(off, self.shard.seg_recip)
     }
 
     /// Where segment `s` starts in the arena.
@@ -197,7 +271,7 @@ impl<'a> ShardGuard<'a> {
     /// The end of the used part of the segment holding arena offset `off`:
     /// what an entry there is checked against under the lock.
     pub(super) fn used_end(&self, off: usize) -> Check<usize> {
-        let s = off / self.shard.seg_size;
+        let s = self.seg_of(off);
         if s >= self.shard.seg_count {
             return Err(Corrupt("offset beyond the last segment"));
         }
@@ -265,6 +339,7 @@ impl<'a> ShardGuard<'a> {
             self.set_hdr(sh::PUNCHED, 0);
         }
         self.set_seg(0, 0, NO_SEGMENT);
+        self.set_seg_live(0, 0);
     }
 
     /// After a dead holder: rebuild `HEAD`, `BUMP`, `SEALED_BYTES` and the
@@ -318,6 +393,7 @@ impl<'a> ShardGuard<'a> {
                     0
                 };
                 self.set_seg(f, mark, self.hdr(sh::FREE) as u32);
+                self.set_seg_live(f, 0);
                 self.set_hdr(sh::FREE, f as u64);
             }
         }
@@ -339,6 +415,7 @@ impl<'a> ShardGuard<'a> {
         let head = self.head()?;
         let used = self.seg_used(head)?;
         self.set_seg(new, 0, NO_SEGMENT);
+        self.set_seg_live(new, 0);
         self.set_seg(head, used as u32, new as u32);
         self.add_stat(sh::SEALED_BYTES, used as u64);
         self.set_hdr(sh::HEAD, new as u64);
@@ -349,6 +426,7 @@ impl<'a> ShardGuard<'a> {
     /// Put an emptied segment on the free list.
     pub(super) fn push_free(&self, s: usize) {
         self.set_seg(s, 0, self.hdr(sh::FREE) as u32);
+        self.set_seg_live(s, 0);
         self.set_hdr(sh::FREE, s as u64);
     }
 
@@ -687,5 +765,38 @@ impl<'a> ShardGuard<'a> {
             ));
         }
         self.check_cursors()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{divide, reciprocal};
+    use crate::layout::{Geometry, HEADER_SIZE, MAX_SHARD_SIZE};
+
+    /// The multiply that replaces a division by the segment size agrees
+    /// with the division at every segment size a geometry gives and at
+    /// offsets up to the largest arena, around every multiple.
+    #[test]
+    fn the_reciprocal_divides_exactly() {
+        let mut sizes = std::collections::BTreeSet::new();
+        for shard in (1usize..=64).map(|m| m << 16).chain([MAX_SHARD_SIZE / 2, MAX_SHARD_SIZE]) {
+            if let Ok(g) = Geometry::for_size(HEADER_SIZE + shard, 1) {
+                sizes.insert(g.segments().1);
+            }
+        }
+        sizes.extend([4, 64, 96 * 1024, 96 * 1024 + 64, 256 * 1024 + 4032, (1 << 20) - 4]);
+        for &d in &sizes {
+            let m = reciprocal(d);
+            let mut n = 0usize;
+            while n < MAX_SHARD_SIZE {
+                for x in [n, n + 1, n + d - 1, n.saturating_sub(1), n + d / 2] {
+                    assert_eq!(divide(x, m), x / d, "{x} / {d}");
+                }
+                n += d * 997 + 4;
+            }
+            for x in [MAX_SHARD_SIZE - 1, MAX_SHARD_SIZE, (MAX_SHARD_SIZE / d) * d - 1] {
+                assert_eq!(divide(x, m), x / d, "{x} / {d}");
+            }
+        }
     }
 }
