@@ -243,8 +243,17 @@ impl<'a> ShardGuard<'a> {
     /// reserved arena (a new head not yet reserved has its bump at its
     /// start: nothing below it is read).
     pub(super) fn bump(&self) -> Check<usize> {
+        self.bump_in(self.head()?)
+    }
+
+    /// `bump` for the head segment `head` the caller read (below the
+    /// segment count): the write path reads the head once.
+    pub(super) fn bump_in(&self, head: usize) -> Check<usize> {
+        if head >= self.shard.seg_count {
+            return Err(Corrupt("head segment out of range"));
+        }
         let b = self.hdr(sh::BUMP);
-        let start = self.seg_start(self.head()?) as u64;
+        let start = self.seg_start(head) as u64;
         if b < start || b - start > self.shard.seg_size as u64 || b % ENTRY_ALIGN as u64 != 0 {
             return Err(Corrupt("bump pointer outside the head segment"));
         }

@@ -511,13 +511,13 @@ impl<'a> ShardGuard<'a> {
         let mut state = RoomState::default();
         for _attempt in 0..8 {
             let room = (|| -> Check<Room> {
-                let off = self.bump()?;
+                let (off, head_end) = self.head_room()?;
                 let reserved = self.arena_reserved()?;
                 let active = self.active_slots()?;
                 if self.hdr(sh::SLOTS_USED) as usize >= active * 3 / 4 {
                     return Ok(Room::IndexFull);
                 }
-                if size > self.head_end()? - off {
+                if size > head_end - off {
                     return Ok(Room::HeadFull { bump: off });
                 }
                 if off > reserved || size > reserved - off {
@@ -674,8 +674,8 @@ impl<'a> ShardGuard<'a> {
         size: usize,
     ) -> bool {
         let room = (|| -> Check<Option<usize>> {
-            let off = self.bump()?;
-            let end = self.arena_reserved()?.min(self.head_end()?);
+            let (off, head_end) = self.head_room()?;
+            let end = self.arena_reserved()?.min(head_end);
             Ok((off <= end && size <= end - off).then_some(off))
         })();
         // A failed check is met again, and repaired, on the insert path.

@@ -243,8 +243,11 @@ impl<'a> ShardGuard<'a> {
     /// The bytes used in segment `s` (checked: within the segment and the
     /// reserved arena). The head's come from `BUMP`.
     pub(super) fn seg_used(&self, s: usize) -> Check<usize> {
-        if s == self.head()? {
-            return Ok(self.bump()? - self.seg_start(s));
+        // `s` is checked by the caller; the head word need not be to be
+        // compared with it (a head out of range is met by `head()` on the
+        // write path).
+        if s as u64 == self.hdr(sh::HEAD) {
+            return Ok(self.bump_in(s)? - self.seg_start(s));
         }
         let used = self.seg_raw(s) as u32 as usize;
         if used > self.shard.seg_size
@@ -278,9 +281,11 @@ impl<'a> ShardGuard<'a> {
         Ok(self.seg_start(s) + self.seg_used(s)?)
     }
 
-    /// The end of the head segment: appends stop there.
-    pub(super) fn head_end(&self) -> Check<usize> {
-        Ok(self.seg_start(self.head()?) + self.shard.seg_size)
+    /// The bump pointer and the end of the head segment (appends stop
+    /// there), both checked, the head read once.
+    pub(super) fn head_room(&self) -> Check<(usize, usize)> {
+        let head = self.head()?;
+        Ok((self.bump_in(head)?, self.seg_start(head) + self.shard.seg_size))
     }
 
     /// The segments in use, oldest first (tail to head), checked: the walk
