@@ -775,6 +775,8 @@ impl Store {
 
     /// Store under `mode` (set, add or replace); returns whether it stored.
     /// Values above the spill threshold go to a file (see `spill.rs`).
+    /// Inlined into each caller: one call frame fewer on every set.
+    #[inline(always)]
     pub fn store(
         &self,
         key: &[u8],
