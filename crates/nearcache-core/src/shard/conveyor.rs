@@ -68,6 +68,11 @@ pub(super) struct Pass {
     pub(super) stuck: bool,
 }
 
+/// The arena bytes whose crossing pays one pass (`keep_ahead`): a power
+/// of two, so that the test is a shift.
+const CHUNK: u64 = (STEP_BUDGET / KEEP_AHEAD) as u64;
+const _: () = assert!(CHUNK.is_power_of_two());
+
 /// What passing over a segment of nothing but dead bytes costs a pass's
 /// budget: about one entry's header read, so that a pass that frees many
 /// such segments stays bounded by its budget like any other.
@@ -361,19 +366,23 @@ impl<'a> ShardGuard<'a> {
     /// free and none was ever left unused. Stops at the first segment freed.
     #[inline]
     pub(super) fn keep_ahead(&self, before: u64, now: &mut Now) {
-        // Most writes cross no boundary, or do outside the head's last
-        // eighth: two loads, a shift and a multiply decide. (Words out of
-        // step are met by the checks of the write path.)
+        // Most writes land outside the head's last eighth, and most of the
+        // rest cross no boundary: two loads, a multiply and a shift decide.
+        // The window test comes first: it is false for seven writes in
+        // eight, while the boundary test, true about one write in three at
+        // 200-byte entries and in no pattern, would be mispredicted on
+        // most writes (cachegrind's branch simulation of a loop of sets:
+        // 0.62 mispredictions per set in the other order, 0.28 in this
+        // one). Words out of step are met by the write path's checks.
         let after = self.hdr(sh::BUMP);
-        let chunk = (STEP_BUDGET / KEEP_AHEAD) as u64;
-        if after / chunk == before / chunk || !self.segmented() {
-            return;
-        }
         let size = self.shard.seg_size as u64;
         let head_end = self.hdr(sh::HEAD).saturating_add(1).saturating_mul(size);
         match head_end.checked_sub(after) {
             Some(room) if room.saturating_mul(KEEP_AHEAD_WINDOW as u64) <= size => {}
             _ => return,
+        }
+        if after / CHUNK == before / CHUNK || !self.segmented() {
+            return;
         }
         self.pay_passes(before, after, now);
     }
@@ -382,7 +391,7 @@ impl<'a> ShardGuard<'a> {
     #[cold]
     #[inline(never)]
     fn pay_passes(&self, before: u64, after: u64, now: &mut Now) {
-        let chunk = (STEP_BUDGET / KEEP_AHEAD) as u64;
+        let chunk = CHUNK;
         if self.hdr(sh::FREE) != NO_SEGMENT as u64
             || self.hdr(sh::FRESH) < self.shard.seg_count as u64
         {
