@@ -15,6 +15,12 @@ bytes and 160-byte values, as ``native_ab.py`` measures through Python.
 Run: python benchmarks/engine_ab.py --before main --after WORKTREE
 (build in a temporary directory: about two minutes; ``--keep DIR`` keeps it
 for another run).
+
+``--instructions`` counts instead of timing: each side runs each operation
+alone under valgrind's cachegrind (with its branch simulation), 500,000 and
+then 1,000,000 calls, and the difference gives the instructions and the
+mispredicted branches per call, free of the machine's noise (they leave out
+what memory costs, which the timings include).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from __future__ import annotations
 import argparse
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -118,6 +125,23 @@ side!(side_after, after);
 fn main() {
     let rounds: usize = std::env::args().nth(1).unwrap().parse().unwrap();
     let dir = std::path::PathBuf::from(std::env::args().nth(2).unwrap());
+    // One side and one operation alone (`--instructions`): `rounds` runs
+    // of 100,000 calls.
+    if let (Some(side), Some(op)) = (std::env::args().nth(3), std::env::args().nth(4)) {
+        let op: usize = op.parse().unwrap();
+        if side == "before" {
+            let b = side_before::open(&dir);
+            for _ in 0..rounds {
+                side_before::run(&b, op, 100_000);
+            }
+        } else {
+            let a = side_after::open(&dir);
+            for _ in 0..rounds {
+                side_after::run(&a, op, 100_000);
+            }
+        }
+        return;
+    }
     let (b, a) = (side_before::open(&dir), side_after::open(&dir));
     let mut best = [[f64::MAX; 2]; OPS.len()];
     let mut sum = [[0.0f64; 2]; OPS.len()];
@@ -158,13 +182,81 @@ def export(rev: str, dest: pathlib.Path, version: str) -> None:
     (dest / "Cargo.toml").write_text(WORKSPACE.format(version=version))
 
 
+OPS = ["get_with hit", "get_with miss", "set 160 B", "get hit (Value)"]
+
+
+def cachegrind(
+    program: pathlib.Path, shm: str | None, side: str, op: int, rounds: int
+) -> tuple[int, int]:
+    """Instructions and mispredicted branches of ``rounds`` runs of 100,000
+    calls of ``op`` by ``side`` alone (cache opening included)."""
+    caches = pathlib.Path(tempfile.mkdtemp(prefix="engine-ab-", dir=shm))
+    out = caches / "cachegrind.out"
+    try:
+        err = subprocess.run(
+            [
+                "valgrind",
+                "--tool=cachegrind",
+                "--cache-sim=no",
+                "--branch-sim=yes",
+                f"--cachegrind-out-file={out}",
+                str(program),
+                str(rounds),
+                str(caches),
+                side,
+                str(op),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stderr
+    finally:
+        shutil.rmtree(caches, ignore_errors=True)
+
+    def total(label: str) -> int:
+        m = re.search(label + r":\s+([\d,]+)", err)
+        if not m:
+            raise RuntimeError(f"no {label} in valgrind's output:\n{err}")
+        return int(m.group(1).replace(",", ""))
+
+    return total("I\\s+refs"), total("Mispredicts")
+
+
+def count_instructions(program: pathlib.Path, shm: str | None, args: argparse.Namespace) -> int:
+    calls = 5 * 100_000
+    print(
+        f"{args.before} against {args.after}: per call, each side alone under cachegrind "
+        f"({calls:,} calls, the difference of runs of {calls:,} and {2 * calls:,})"
+    )
+    print(
+        f"{'operation':<18}{'instr before':>14}{'after':>8}{'after/before':>14}"
+        f"{'mispredicted before':>21}{'after':>8}"
+    )
+    for op, name in enumerate(OPS):
+        row = []
+        for side in ("before", "after"):
+            i5, m5 = cachegrind(program, shm, side, op, 5)
+            i10, m10 = cachegrind(program, shm, side, op, 10)
+            row.append(((i10 - i5) / calls, (m10 - m5) / calls))
+        (ib, mb), (ia, ma) = row
+        print(f"{name:<18}{ib:>14.0f}{ia:>8.0f}{ia / ib:>14.3f}{mb:>21.3f}{ma:>8.3f}")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--before", default="main", help="git revision (default: main)")
     ap.add_argument("--after", default="WORKTREE", help="git revision, or WORKTREE")
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--keep", metavar="DIR", help="build in DIR and keep it")
+    ap.add_argument(
+        "--instructions",
+        action="store_true",
+        help="count instructions and mispredicted branches per call (valgrind)",
+    )
     args = ap.parse_args()
+    if args.instructions and shutil.which("valgrind") is None:
+        ap.error("--instructions needs valgrind (Debian: apt-get install valgrind)")
     work = pathlib.Path(args.keep or tempfile.mkdtemp(prefix="engine-ab-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
@@ -181,6 +273,8 @@ def main() -> int:
         (prog / "src" / "main.rs").write_text(PROGRAM)
         subprocess.run(["cargo", "build", "--release", "-q"], cwd=prog, check=True)
         shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+        if args.instructions:
+            return count_instructions(prog / "target" / "release" / "engine-ab", shm, args)
         caches = pathlib.Path(tempfile.mkdtemp(prefix="engine-ab-", dir=shm))
         load0 = os.getloadavg()[0]
         try:

@@ -616,8 +616,9 @@ impl<'a> ShardGuard<'a> {
             let e = self.entry(off, end)?;
             off += e.size;
             if e.is_dead() {
+                // Nothing to do for it but not to copy it: it stays out of
+                // the list (a head of overwritten copies is mostly these).
                 any_gone = true;
-                items.push((e, usize::MAX, 0, false, false));
                 continue;
             }
             let tag = tag_of(self.entry_hash(&e, &mut key));
@@ -635,9 +636,6 @@ impl<'a> ShardGuard<'a> {
         let mut dropped = Dropped::default();
         let mut write = begin;
         for (e, slot, tag, visited, gone) in items {
-            if e.is_dead() {
-                continue;
-            }
             if gone {
                 dropped.drop_entry(self, &e, slot, t);
                 continue;
