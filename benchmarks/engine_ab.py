@@ -20,7 +20,10 @@ for another run).
 alone under valgrind's cachegrind (with its branch simulation), 500,000 and
 then 1,000,000 calls, and the difference gives the instructions and the
 mispredicted branches per call, free of the machine's noise (they leave out
-what memory costs, which the timings include).
+what memory costs, which the timings include). The mispredictions come from
+cachegrind's simple predictor (2-bit counters indexed by address): two
+builds whose code lies differently can differ for that alone; a hint, not
+a measure.
 """
 
 from __future__ import annotations
