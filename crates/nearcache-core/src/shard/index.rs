@@ -98,9 +98,14 @@ impl<'a> ShardGuard<'a> {
         ((v & !SLOT_VISITED) >> 32) as u32
     }
 
-    /// Find `key` in the index. Entries are checked against `bound`: the
-    /// reserved arena without the lock; None under the lock, where each is
-    /// checked against the used part of its segment (`used_end`).
+    /// Find `key` in the index. Entries are checked against `bound`, the
+    /// reserved arena, by the lock-free reader and by the write path; or,
+    /// with None, against the used part of their segment (`used_end`): a
+    /// stricter check, for repairs and `check`, that costs a segment
+    /// lookup per entry probed (about 40 instructions per set). A slot
+    /// that leads past the used part of its segment is a hostile file's
+    /// (no writer publishes one): its bytes then parse within the
+    /// reserved arena, as they would for the lock-free reader.
     pub(super) fn probe(&self, key: &[u8], hash: u64, bound: Option<usize>) -> Check<Probe> {
         let active = self.active_slots()?;
         let tag = tag_of(hash);

@@ -373,7 +373,7 @@ impl<'a> ShardGuard<'a> {
     /// and reads as a miss.
     fn lookup_live(&self, key: &[u8], hash: u64, now: &mut Now) -> Option<(usize, Entry)> {
         let res = (|| {
-            let p = self.probe(key, hash, None)?;
+            let p = self.probe(key, hash, Some(self.arena_reserved()?))?;
             Ok(p.found)
         })();
         match res {
@@ -523,7 +523,7 @@ impl<'a> ShardGuard<'a> {
                 if off > reserved || size > reserved - off {
                     return Ok(Room::ArenaFull { bump: off });
                 }
-                Ok(match self.probe(key, hash, None)?.free_slot {
+                Ok(match self.probe(key, hash, Some(reserved))?.free_slot {
                     Some(slot) => Room::Place(off, slot),
                     None => Room::IndexFull,
                 })
