@@ -248,12 +248,14 @@ impl<'a> ShardGuard<'a> {
         })
     }
 
-    /// Mark a checked entry dead (one aligned word).
+    /// Mark a checked live entry dead (one aligned word) and take it out of
+    /// its segment's live count, as `append` put it in.
     pub(super) fn mark_dead(&self, e: &Entry) {
         // SAFETY: e was checked by entry(); the header is inside the arena.
         unsafe {
             ptr::write(self.arena_ptr(e.off + eh::LEN) as *mut u32, e.val_len as u32 | LEN_DEAD)
         }
+        self.count_live(e.off, e.size, true);
     }
 
     /// Write the meta word of the entry header at `p` (two u32 words).

@@ -391,13 +391,12 @@ impl<'a> ShardGuard<'a> {
     #[cold]
     #[inline(never)]
     fn pay_passes(&self, before: u64, after: u64, now: &mut Now) {
-        let chunk = CHUNK;
         if self.hdr(sh::FREE) != NO_SEGMENT as u64
             || self.hdr(sh::FRESH) < self.shard.seg_count as u64
         {
             return;
         }
-        let crossed = if after > before { (after / chunk - before / chunk) as usize } else { 1 };
+        let crossed = if after > before { (after / CHUNK - before / CHUNK) as usize } else { 1 };
         let t = now.get();
         // A large append pays several passes, each its own move: a reader
         // waits for one pass at most.

@@ -174,7 +174,6 @@ impl<'a> ShardGuard<'a> {
     pub(super) fn unlink(&self, i: usize, e: &Entry) {
         self.note_dropped(e);
         self.mark_dead(e);
-        self.count_live(e.off, e.size, true);
         self.set_slot(i, TOMBSTONE);
         self.add_stat(sh::TOMBSTONES, 1);
         self.set_hdr(sh::ITEMS, self.hdr(sh::ITEMS).saturating_sub(1));

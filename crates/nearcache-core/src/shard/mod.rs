@@ -688,7 +688,6 @@ impl<'a> ShardGuard<'a> {
         self.set_slot(i, Self::slot_value(hash, off) | visited);
         self.note_dropped(e);
         self.mark_dead(e);
-        self.count_live(e.off, e.size, true);
         self.set_hdr(sh::LIVE_BYTES, self.hdr(sh::LIVE_BYTES).saturating_sub(e.size as u64));
         true
     }

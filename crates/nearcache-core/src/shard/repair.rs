@@ -125,7 +125,6 @@ impl<'a> ShardGuard<'a> {
             let slot = match self.probe(&key, hash, None) {
                 Ok(Probe { found: Some((i, old)), .. }) => {
                     self.mark_dead(&old);
-                    self.count_live(old.off, old.size, true);
                     items -= 1;
                     live_bytes -= old.size as u64;
                     Some(i)
@@ -183,7 +182,7 @@ impl<'a> ShardGuard<'a> {
             if !e.is_dead() {
                 live += 1;
                 live_bytes += e.size as u64;
-                seg_live[e.off / self.shard.seg_size] += e.size as u64;
+                seg_live[self.seg_of(e.off)] += e.size as u64;
                 // The index must lead to exactly this entry.
                 let mut key = Vec::new();
                 let hash = self.entry_hash(e, &mut key);

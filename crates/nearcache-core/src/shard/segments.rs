@@ -243,8 +243,8 @@ impl<'a> ShardGuard<'a> {
     /// The bytes used in segment `s` (checked: within the segment and the
     /// reserved arena). The head's come from `BUMP`.
     pub(super) fn seg_used(&self, s: usize) -> Check<usize> {
-        // `s` is checked by the caller; the head word need not be to be
-        // compared with it (a head out of range is met by `head()` on the
+        // `s` is checked by the caller, so the head word is compared with
+        // it unchecked (a head out of range is met by `head()` on the
         // write path).
         if s as u64 == self.hdr(sh::HEAD) {
             return Ok(self.bump_in(s)? - self.seg_start(s));
@@ -272,7 +272,8 @@ impl<'a> ShardGuard<'a> {
     }
 
     /// The end of the used part of the segment holding arena offset `off`:
-    /// what an entry there is checked against under the lock.
+    /// what a probed entry there is checked against by repairs and `check`
+    /// (the write path's probes use the reserved arena).
     pub(super) fn used_end(&self, off: usize) -> Check<usize> {
         let s = self.seg_of(off);
         if s >= self.shard.seg_count {
