@@ -10,6 +10,7 @@ use nearcache_core::layout::{sh, Geometry, HEADER_SIZE, SEGMENT_WORDS, STEP_BUDG
 use nearcache_core::{Cache, OpenOptions};
 use proptest::prelude::*;
 use std::collections::HashMap;
+use std::os::unix::fs::FileExt;
 
 fn open(d: &TempDir, shard_size: usize, shards: usize) -> Cache {
     let opts = OpenOptions {
@@ -186,6 +187,42 @@ fn shard0_word(field: usize) -> u64 {
     (HEADER_SIZE + field) as u64
 }
 
+/// A 2 MiB shard (one of them) filled with 12,000 sets, then `scribble`d
+/// through the file (given the geometry), then `ops` (key, value length)
+/// set with a probe of another key after each: every hit is a value once
+/// written for its key, and after `clear` the shard checks clean.
+fn scribbled_shard_stays_right(
+    name: &str,
+    ops: &[(u16, u16)],
+    scribble: impl FnOnce(&std::fs::File, &Geometry),
+) -> Result<(), TestCaseError> {
+    let d = TempDir::new(name);
+    let c = open(&d, 2 << 20, 1);
+    let g: Geometry = *c.geometry();
+    let mut written: HashMap<u16, Vec<Vec<u8>>> = HashMap::new();
+    let put = |c: &Cache, w: &mut HashMap<u16, Vec<Vec<u8>>>, k: u16, n: u16| {
+        let v = value(k as u64 * 7919 + n as u64, n as usize);
+        c.set(&k.to_le_bytes(), &v, 0, 0).unwrap();
+        w.entry(k).or_default().push(v);
+    };
+    for i in 0..12_000u16 {
+        put(&c, &mut written, i % 3000, 100 + i % 700);
+    }
+    let f = std::fs::OpenOptions::new().write(true).open(d.file("c")).unwrap();
+    scribble(&f, &g);
+    for &(k, n) in ops {
+        put(&c, &mut written, k, n);
+        let probe = (k.wrapping_mul(31)) % 3000;
+        if let Some(got) = c.get(&probe.to_le_bytes()).unwrap() {
+            let ok = written.get(&probe).is_some_and(|vs| vs.contains(&got.data));
+            prop_assert!(ok, "key {}: a value never written for it", probe);
+        }
+    }
+    c.clear().unwrap();
+    c.check().unwrap();
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(24))]
 
@@ -201,32 +238,11 @@ proptest! {
         since in any::<u64>(),
         ops in proptest::collection::vec((0u16..3000, 0u16..2000), 200..1500),
     ) {
-        use std::os::unix::fs::FileExt;
-        let d = TempDir::new("segcursor");
-        let c = open(&d, 2 << 20, 1);
-        let mut written: HashMap<u16, Vec<Vec<u8>>> = HashMap::new();
-        let put = |c: &Cache, w: &mut HashMap<u16, Vec<Vec<u8>>>, k: u16, n: u16| {
-            let v = value(k as u64 * 7919 + n as u64, n as usize);
-            c.set(&k.to_le_bytes(), &v, 0, 0).unwrap();
-            w.entry(k).or_default().push(v);
-        };
-        for i in 0..12_000u16 {
-            put(&c, &mut written, i % 3000, 100 + i % 700);
-        }
-        let f = std::fs::OpenOptions::new().write(true).open(d.file("c")).unwrap();
-        for (field, word) in [(sh::HAND, hand), (sh::READ, read), (sh::SINCE_FREE, since)] {
-            f.write_all_at(&word.to_ne_bytes(), shard0_word(field)).unwrap();
-        }
-        for &(k, n) in &ops {
-            put(&c, &mut written, k, n);
-            let probe = (k.wrapping_mul(31)) % 3000;
-            if let Some(got) = c.get(&probe.to_le_bytes()).unwrap() {
-                let ok = written.get(&probe).is_some_and(|vs| vs.contains(&got.data));
-                prop_assert!(ok, "key {}: a value never written for it", probe);
+        scribbled_shard_stays_right("segcursor", &ops, |f, _| {
+            for (field, word) in [(sh::HAND, hand), (sh::READ, read), (sh::SINCE_FREE, since)] {
+                f.write_all_at(&word.to_ne_bytes(), shard0_word(field)).unwrap();
             }
-        }
-        c.clear().unwrap();
-        c.check().unwrap();
+        })?;
     }
 
     /// Hostile live counts (any value: 0 under live entries, more than a
@@ -239,33 +255,10 @@ proptest! {
         counts in proptest::collection::vec(prop_oneof![Just(0u64), any::<u64>(), 0u64..(1 << 18)], 1..24),
         ops in proptest::collection::vec((0u16..3000, 0u16..2000), 200..1500),
     ) {
-        use std::os::unix::fs::FileExt;
-        let d = TempDir::new("seglive");
-        let c = open(&d, 2 << 20, 1);
-        let g: Geometry = *c.geometry();
-        let segments = g.segments().0;
-        let mut written: HashMap<u16, Vec<Vec<u8>>> = HashMap::new();
-        let put = |c: &Cache, w: &mut HashMap<u16, Vec<Vec<u8>>>, k: u16, n: u16| {
-            let v = value(k as u64 * 7919 + n as u64, n as usize);
-            c.set(&k.to_le_bytes(), &v, 0, 0).unwrap();
-            w.entry(k).or_default().push(v);
-        };
-        for i in 0..12_000u16 {
-            put(&c, &mut written, i % 3000, 100 + i % 700);
-        }
-        let f = std::fs::OpenOptions::new().write(true).open(d.file("c")).unwrap();
-        for (s, &count) in counts.iter().enumerate().take(segments) {
-            f.write_all_at(&count.to_ne_bytes(), shard0_segment_word(&g, s, 1)).unwrap();
-        }
-        for &(k, n) in &ops {
-            put(&c, &mut written, k, n);
-            let probe = (k.wrapping_mul(31)) % 3000;
-            if let Some(got) = c.get(&probe.to_le_bytes()).unwrap() {
-                let ok = written.get(&probe).is_some_and(|vs| vs.contains(&got.data));
-                prop_assert!(ok, "key {}: a value never written for it", probe);
+        scribbled_shard_stays_right("seglive", &ops, |f, g| {
+            for (s, &count) in counts.iter().enumerate().take(g.segments().0) {
+                f.write_all_at(&count.to_ne_bytes(), shard0_segment_word(g, s, 1)).unwrap();
             }
-        }
-        c.clear().unwrap();
-        c.check().unwrap();
+        })?;
     }
 }
