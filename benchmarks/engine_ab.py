@@ -29,6 +29,7 @@ a measure.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import pathlib
 import re
@@ -64,11 +65,14 @@ codegen-units = 1
 panic = "unwind"
 """
 
+# The operations `run` measures, in the order of its match arms.
+OPS = ["get_with hit", "get_with miss", "set 160 B", "get hit (Value)"]
+
 PROGRAM = r"""
 use std::hint::black_box;
 use std::time::Instant;
 
-const OPS: [&str; 4] = ["get_with hit", "get_with miss", "set 160 B", "get hit (Value)"];
+const OPS: [&str; @N@] = [@OPS@];
 
 fn key(i: usize) -> Vec<u8> {
     format!("{i:08x}-0000-4000-8000-{i:012x}").into_bytes()
@@ -185,27 +189,22 @@ def export(rev: str, dest: pathlib.Path, version: str) -> None:
     (dest / "Cargo.toml").write_text(WORKSPACE.format(version=version))
 
 
-OPS = ["get_with hit", "get_with miss", "set 160 B", "get hit (Value)"]
-
-
 def cachegrind(
     program: pathlib.Path, shm: str | None, side: str, op: int, rounds: int
 ) -> tuple[int, int]:
     """Instructions and mispredicted branches of ``rounds`` runs of 100,000
     calls of ``op`` by ``side`` alone (cache opening included)."""
-    caches = pathlib.Path(tempfile.mkdtemp(prefix="engine-ab-", dir=shm))
-    out = caches / "cachegrind.out"
-    try:
+    with tempfile.TemporaryDirectory(prefix="engine-ab-", dir=shm) as caches:
         err = subprocess.run(
             [
                 "valgrind",
                 "--tool=cachegrind",
                 "--cache-sim=no",
                 "--branch-sim=yes",
-                f"--cachegrind-out-file={out}",
+                f"--cachegrind-out-file={caches}/cachegrind.out",
                 str(program),
                 str(rounds),
-                str(caches),
+                caches,
                 side,
                 str(op),
             ],
@@ -213,8 +212,6 @@ def cachegrind(
             text=True,
             check=True,
         ).stderr
-    finally:
-        shutil.rmtree(caches, ignore_errors=True)
 
     def total(label: str) -> int:
         m = re.search(label + r":\s+([\d,]+)", err)
@@ -273,22 +270,21 @@ def main() -> int:
                 after=work / "after" / "crates" / "nearcache-core",
             )
         )
-        (prog / "src" / "main.rs").write_text(PROGRAM)
+        rust_ops = ", ".join(json.dumps(o) for o in OPS)
+        program = PROGRAM.replace("@N@", str(len(OPS))).replace("@OPS@", rust_ops)
+        (prog / "src" / "main.rs").write_text(program)
         subprocess.run(["cargo", "build", "--release", "-q"], cwd=prog, check=True)
         shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
         if args.instructions:
             return count_instructions(prog / "target" / "release" / "engine-ab", shm, args)
-        caches = pathlib.Path(tempfile.mkdtemp(prefix="engine-ab-", dir=shm))
         load0 = os.getloadavg()[0]
-        try:
+        with tempfile.TemporaryDirectory(prefix="engine-ab-", dir=shm) as caches:
             out = subprocess.run(
-                [str(prog / "target" / "release" / "engine-ab"), str(args.rounds), str(caches)],
+                [str(prog / "target" / "release" / "engine-ab"), str(args.rounds), caches],
                 capture_output=True,
                 text=True,
                 check=True,
             ).stdout
-        finally:
-            shutil.rmtree(caches, ignore_errors=True)
         print(
             f"{args.before} against {args.after}: {args.rounds} alternating rounds, "
             f"load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
