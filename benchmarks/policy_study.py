@@ -12,8 +12,11 @@ public real traces it fetches) through
   that fit the engine's conveyor), run by the ``policy_study`` example
   (``cargo build --release -p nearcache-core --example policy_study``
   first), each compaction freeing 10% of the shard as the engine does and,
-  for comparison, 2%; and SIEVE and the ghost-adaptive policies on the
-  segment-granular arena (8 segments a shard, ``/seg8``);
+  for comparison, 2%; SIEVE and the ghost-adaptive policies on the
+  segment-granular arena (8 segments a shard, ``/seg8``); and the chosen
+  policy as two conveyors of one segment chain would run it (``/queues``:
+  one eviction at a time, no holes; the arena it needs is reported from its
+  mean live bytes plus three segments of fragments);
 - libCacheSim's LRU, SIEVE, S3-FIFO, W-TinyLFU, ARC, LIRS and Belady;
 
 all at the same mean entry count: the candidates' item limit is set so that
@@ -68,7 +71,8 @@ MAX_REQUESTS = 500_000
 #: that mostly drops the newest entries can afford to run more often); SIEVE
 #: and the ghost-adaptive policies on the segment-granular arena, 8 segments
 #: a shard (a 2 MiB shard of 256 KiB segments), and the chosen one on them
-#: cleaned in the conveyor's order (`/fifo8`).
+#: cleaned in the conveyor's order (`/fifo8`); the chosen one as two
+#: conveyors of one segment chain (`/queues`: single evictions, no holes).
 RUNS: tuple[tuple[str, list[str], str | None], ...] = (
     ("/10%", ["--free", "10"], None),
     (
@@ -80,14 +84,24 @@ RUNS: tuple[tuple[str, list[str], str | None], ...] = (
     ),
     ("/seg8", ["--segments", "8"], "sieve-batched,wtinylfu-ghost,wtinylfu-ghost-aging"),
     ("/fifo8", ["--segments", "8", "--fifo-cleaner"], "wtinylfu-ghost"),
+    ("/queues", ["--queues"], "wtinylfu-ghost"),
 )
+#: `/queues`: segments of fragments a shard of two conveyors holds at most
+#: beside its live bytes (the head partly filled, each conveyor's gap), and
+#: the shard sizes in segments its arena is reported for.
+FRAGMENT_SEGMENTS = 3
+CONVEYOR_SHARDS = (8, 24)
+#: The runs whose arena and copies are reported (``candidates`` in the JSON).
+ARENA_RUNS = ("/seg8", "/fifo8", "/queues")
 #: libCacheSim's policies: the reference the goals are measured against.
 REFERENCE = {row for row, _ in LCS}
 
 
 def candidates(
     og: Path, targets: list[int], suffix: str, args: list[str], policies: str | None
-) -> dict[tuple[str, int], float]:
+) -> tuple[dict[tuple[str, int], float], dict[tuple[str, int], dict[str, float]]]:
+    """Hit ratios and, per candidate, its limit, mean live entries and bytes,
+    and bytes copied per request."""
     extra = ["--policies", policies] if policies else []
     out = subprocess.run(
         [str(EXAMPLE), str(og), ",".join(map(str, targets)), *args, *extra],
@@ -96,10 +110,16 @@ def candidates(
         text=True,
     ).stdout
     res = {}
+    stats = {}
     for line in out.splitlines():
         r = json.loads(line)
-        res[(f"{r['policy']} {suffix}", int(r["target"]))] = float(r["hit_ratio"])
-    return res
+        key = (f"{r['policy']} {suffix}", int(r["target"]))
+        res[key] = float(r["hit_ratio"])
+        if suffix in ARENA_RUNS:
+            stats[key] = {
+                k: float(r[k]) for k in ("limit", "mean_items", "mean_bytes", "copied_per_request")
+            }
+    return res, stats
 
 
 def libcachesim(og: Path, targets: list[int]) -> dict[tuple[str, int], float]:
@@ -128,8 +148,11 @@ def study(traces: list[Trace], scratch: Path) -> list[dict[str, Any]]:
         )
         og = write_oracle_general(Trace(tr.name, tr.label, tr.keys), scratch / f"{tr.name}.og")
         res = libcachesim(og, targets)
+        stats: dict[tuple[str, int], dict[str, float]] = {}
         for suffix, args, policies in RUNS:
-            res.update(candidates(og, targets, suffix, args, policies))
+            r, s = candidates(og, targets, suffix, args, policies)
+            res.update(r)
+            stats.update(s)
         for t in targets:
             rows.append(
                 {
@@ -139,6 +162,7 @@ def study(traces: list[Trace], scratch: Path) -> list[dict[str, Any]]:
                     "distinct": d,
                     "requests": len(tr.keys),
                     "hit_ratio": {name: v for (name, tt), v in res.items() if tt == t},
+                    "candidates": {name: v for (name, tt), v in stats.items() if tt == t},
                 }
             )
         print(f"{tr.name}: done", file=sys.stderr)
@@ -195,8 +219,11 @@ def markdown(rows: list[dict[str, Any]], command: str) -> str:
         "entries 25% (two segments) under the arena, and a cleaner merges the two or three "
         "adjacent segments holding the most holes (`/fifo8`: cleaned as the engine's conveyor "
         "can, a segment of holes alone freed at once, otherwise the fewest segments from the "
-        "cleaning cursor, up to four, that free one). Each candidate's limit holds the mean entry "
-        "count (on segments, found for each policy). Libcachesim's W-TinyLFU at 50 "
+        "cleaning cursor, up to four, that free one). `/queues`: `wtinylfu-ghost` as two "
+        "conveyors of one segment chain run it (the main hand at the old end, the window's at "
+        "the boundary; one eviction at a time, a winner copied to the main part's newest end, "
+        "no holes). Each candidate's limit holds the mean entry "
+        "count (on segments and `/queues`, found for each policy). Libcachesim's W-TinyLFU at 50 "
         "entries or fewer has a window of 0 and reads 0.000.",
         "",
         "| trace | entries | " + " | ".join(names) + " |",
@@ -240,7 +267,44 @@ def markdown(rows: list[dict[str, Any]], command: str) -> str:
 
         every = sum(1 for x in g if x[0] >= 0 and x[1] >= 0 and (x[2] is None or x[2] >= 0))
         out.append(f"| {n} | {cell(lru)} | {cell(fam)} | {cell(best)} | {every}/{len(g)} |")
+    out.extend(["", *arena_section(rows)])
     return "\n".join(out) + "\n"
+
+
+def arena_section(rows: list[dict[str, Any]]) -> list[str]:
+    """The arena each segment column needs per mean entry, and its copies."""
+
+    def spread(v: list[float]) -> str:
+        v = sorted(v)
+        return f"{v[len(v) // 2]:.2f} ({v[0]:.2f}-{v[-1]:.2f})"
+
+    out = [
+        "## Arena and copies",
+        "",
+        "Arena per mean live entry, median (range) over the rows. On segments the arena is "
+        "the limit (unit entries). `/queues` holds no holes: its arena is the mean live bytes "
+        f"plus {FRAGMENT_SEGMENTS} segments of fragments (the head partly filled, each "
+        "conveyor's gap), for a shard of "
+        + " and of ".join(str(n) for n in CONVEYOR_SHARDS)
+        + " segments. Copies: bytes copied per request (`/queues`: window entries moved to "
+        "the head, promotions, and every survivor the main conveyor passes, an upper bound).",
+        "",
+        "| candidate | arena / mean entries | copied per request |",
+        "|:---|---:|---:|",
+    ]
+    names = list(rows[0].get("candidates", {}))
+    for n in names:
+        st = [r["candidates"][n] for r in rows if n in r.get("candidates", {})]
+        copies = spread([s["copied_per_request"] for s in st])
+        if n.endswith("/queues"):
+            for seg in CONVEYOR_SHARDS:
+                keep = 1 - FRAGMENT_SEGMENTS / seg
+                ratio = [s["mean_bytes"] / keep / s["mean_items"] for s in st if s["mean_items"]]
+                out.append(f"| {n}, {seg} segments | {spread(ratio)} | {copies} |")
+        else:
+            ratio = [s["limit"] / s["mean_items"] for s in st if s["mean_items"]]
+            out.append(f"| {n} | {spread(ratio)} | {copies} |")
+    return out
 
 
 def main() -> int:

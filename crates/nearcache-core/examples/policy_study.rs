@@ -22,7 +22,11 @@
 //! additions (10 by default, as TinyLFU); `--counter N`: the per-entry hit
 //! counter's largest value (1: a visited bit); `--segments N` with
 //! `--fifo-cleaner`: clean the segments in the conveyor's order
-//! (`Config::segment_fifo`) instead of where the holes are.
+//! (`Config::segment_fifo`) instead of where the holes are; `--queues`: the
+//! W-TinyLFU family as two conveyors of one segment chain would run it
+//! (`Config::queues`: one eviction at a time, no holes), each policy's
+//! limit found for its own mean. Each line has the mean live bytes
+//! (`mean_bytes`) beside the mean entries.
 
 use nearcache_core::eviction::{limit_for_mean, replay, Config, Policy, Walk};
 use std::process::ExitCode;
@@ -99,6 +103,7 @@ fn run() -> Result<(), String> {
     let mut margin = None;
     let mut counter = None;
     let mut fifo_cleaner = false;
+    let mut queues = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -125,6 +130,7 @@ fn run() -> Result<(), String> {
             "--no-fill" => no_fill = true,
             "--group" => group = true,
             "--fifo-cleaner" => fifo_cleaner = true,
+            "--queues" => queues = true,
             "--slack" => {
                 slack =
                     Some(ranged::<u64>(&mut it, "--slack", 0..=50, "0 to 50 percent of the arena")?)
@@ -183,6 +189,9 @@ fn run() -> Result<(), String> {
                     [--policies a,b] [--sizes] [--free PERCENT] [--window PERCENT] [--sketch COUNTERS_PER_ENTRY] [--aging N]"
             .into());
     };
+    if queues && segments > 0 {
+        return Err("--queues models its own segment chain: no --segments".into());
+    }
     let requests = read_oracle_general(trace, sizes)?;
     let targets: Vec<u64> = entries
         .split(',')
@@ -211,6 +220,13 @@ fn run() -> Result<(), String> {
             if segments > 0 && !cfg.policy.segment_ready() {
                 return Err(format!(
                     "--segments: {} is modelled on the entry-granular arena only",
+                    policy.name()
+                ));
+            }
+            cfg.queues = queues;
+            if queues && !cfg.policy.queue_ready() {
+                return Err(format!(
+                    "--queues: {} has no window and main part to convey",
                     policy.name()
                 ));
             }
@@ -252,8 +268,9 @@ fn run() -> Result<(), String> {
                 cfg.admit_margin = m;
             }
             // On segments, what a merge frees depends on the policy's
-            // choices: each policy's limit is found for its own mean.
-            let limit = if segments > 0 && !sizes {
+            // choices: each policy's limit is found for its own mean (and
+            // with single evictions the mean is the limit, not a sawtooth).
+            let limit = if (segments > 0 || queues) && !sizes {
                 let mut c = cfg;
                 c.capacity_bytes = target;
                 c.max_items = target;
@@ -271,6 +288,7 @@ fn run() -> Result<(), String> {
             let o = replay(cfg, requests.iter().copied());
             println!(
                 "{{\"policy\":\"{}\",\"free\":{},\"target\":{},\"limit\":{},\"mean_items\":{:.1},\
+                 \"mean_bytes\":{:.1},\
                  \"requests\":{},\"hits\":{},\"hit_ratio\":{:.6},\"byte_hit_ratio\":{:.6},\
                  \"compactions\":{},\"segments\":{},\"copied_per_request\":{:.3}}}",
                 policy.name(),
@@ -278,6 +296,7 @@ fn run() -> Result<(), String> {
                 target,
                 if sizes { cfg.capacity_bytes } else { cfg.max_items },
                 o.mean_items,
+                o.mean_bytes,
                 o.requests,
                 o.hits,
                 o.hit_ratio(),

@@ -80,9 +80,13 @@
 //!
 //! The arena is entry-granular (a compaction frees `free_percent` and
 //! slides the survivors down) or, with `Config::segments`, made of fixed
-//! segments as the engine's shard is becoming (`segments.rs`).
+//! segments as the engine's shard is becoming (`segments.rs`). With
+//! `Config::queues` the W-TinyLFU family runs as two conveyors of one
+//! segment chain would run it (`queues.rs`): one eviction at a time, a
+//! promoted candidate copied to the main part's newest end, no holes.
 
 pub mod ghost;
+mod queues;
 mod segments;
 pub mod sketch;
 
@@ -211,6 +215,12 @@ impl Policy {
         self == Policy::Sieve || self.is_wtinylfu()
     }
 
+    /// Whether the two-conveyor form (`Config::queues`) models this policy
+    /// (the W-TinyLFU family: a window at the newest end, a main part).
+    pub fn queue_ready(self) -> bool {
+        self.is_wtinylfu()
+    }
+
     /// Whether the duel is the strict one (conservative sketch, margin 1).
     fn strict_duel(self) -> bool {
         matches!(
@@ -317,7 +327,8 @@ pub struct Config {
     /// A candidate must count more than the victim plus this to win.
     pub admit_margin: u8,
     /// Segments per shard for the segment-granular arena (`segments.rs`);
-    /// 0: the entry-granular arena, a compaction freeing `free_percent`.
+    /// 0: the entry-granular arena, a compaction freeing `free_percent`
+    /// (or, with `queues`, one entry at a time).
     pub segments: u64,
     /// A merge takes in further segments while its survivors would fill
     /// less than half a segment.
@@ -336,6 +347,12 @@ pub struct Config {
     /// that free one. The default cleaner picks the group holding the most
     /// holes anywhere.
     pub segment_fifo: bool,
+    /// Two conveyors in one segment chain (`queues.rs`; the W-TinyLFU
+    /// family, entry-granular arena only): one eviction at a time whenever
+    /// the arena or the index is full (no `free_percent` batch), a
+    /// promoted candidate copied to the main part's newest end, and no
+    /// holes, the conveyors compacting as they go.
+    pub queues: bool,
 }
 
 impl Config {
@@ -383,6 +400,7 @@ impl Config {
             segment_cleaner: policy != Policy::Sieve,
             segment_slack: 10,
             segment_fifo: false,
+            queues: false,
         }
     }
 }
@@ -399,11 +417,15 @@ pub struct Outcome {
     /// Bytes of the requests that hit.
     pub hit_bytes: u64,
     /// Bytes a segment-granular arena copied: survivors of merges, and
-    /// window entries moved to the head.
+    /// window entries moved to the head; with `Config::queues`, the main
+    /// conveyor's survivors, window entries moved to the window's newest
+    /// end and candidates promoted to the main part's.
     pub copied_bytes: u64,
     /// Mean live entries over the requests after the first compaction
     /// (the steady state; the whole replay if nothing was evicted).
     pub mean_items: f64,
+    /// Mean live bytes over the same requests.
+    pub mean_bytes: f64,
     /// Compactions, over all shards.
     pub compactions: u64,
 }
@@ -478,7 +500,9 @@ pub struct ArenaShard {
     /// The segment-granular arena (`seg_cap` 0: entry-granular): bytes
     /// and entries per segment in use, oldest first (the last is the
     /// head); segments in the free pool; the hand (a segment index); bytes
-    /// copied by merges and by moves to the head.
+    /// copied by merges (with `Config::queues`, survivors the main
+    /// conveyor passed) and by moves to the head (and, with `queues`,
+    /// promotions to the main part's newest end).
     seg_cap: u64,
     fill: bool,
     cleaner: bool,
@@ -494,6 +518,8 @@ pub struct ArenaShard {
     /// `TinyLfuSieve`: the key being inserted was in the window ghost (it
     /// goes straight to the main part).
     straight_to_main: bool,
+    /// `Config::queues`: times the model's vector was tidied (`tidy`).
+    tidied: u64,
 }
 
 /// The 64-bit hash of a key id (splitmix64): what the engine's xxh3 gives.
@@ -567,6 +593,7 @@ impl ArenaShard {
             seg_pending: Vec::new(),
             seg_dead: Vec::new(),
             straight_to_main: false,
+            tidied: 0,
         }
     }
 
@@ -587,6 +614,11 @@ impl ArenaShard {
     /// Live entries.
     pub fn len(&self) -> u64 {
         self.items
+    }
+
+    /// Live bytes.
+    pub fn live_bytes(&self) -> u64 {
+        self.bytes
     }
 
     /// Whether the shard holds nothing.
@@ -766,6 +798,8 @@ impl ArenaShard {
             if !self.segment_room(size) {
                 return; // larger than a segment: refused
             }
+        } else if self.cfg.queues {
+            self.conveyor_room(size);
         } else if self.bytes + size > self.cap_bytes || self.items + 1 > self.max_items {
             self.compact(size);
         }
@@ -828,9 +862,13 @@ impl ArenaShard {
     fn drop_entry(&mut self, i: usize, to_ghost: bool) {
         let e = &mut self.arena[i];
         e.evicted = true;
-        if self.cleaner {
-            // The hole stays in its segment; the key is gone now.
+        if self.cleaner || self.cfg.queues {
+            // The key is gone now (the dead entry stays in the model's
+            // vector until a merge or `tidy` drops it).
             self.index.remove(&e.key);
+        }
+        if self.cleaner {
+            // The hole stays in its segment.
             self.mark_dead(i);
         }
         let e = &mut self.arena[i];
@@ -857,6 +895,10 @@ impl ArenaShard {
             self.seg_pending.push(size);
             self.mark_dead(i);
         }
+        if self.cfg.queues {
+            // The window conveyor copies it to the head.
+            self.seg_moved += self.arena[i].size;
+        }
         let mut e = self.arena[i];
         self.arena[i].evicted = true;
         e.freq = 0;
@@ -874,11 +916,17 @@ impl ArenaShard {
         g.push_at(fp, self.inserts);
     }
 
+    /// A window entry joins the main part: its queue bit flips in place,
+    /// or with `Config::queues` it is copied to the main part's newest end
+    /// (`move_to_main`).
     fn promote(&mut self, i: usize) {
         let e = &mut self.arena[i];
         e.small = false;
         self.small_bytes -= e.size;
         self.small_items -= 1;
+        if self.cfg.queues {
+            self.move_to_main(i);
+        }
     }
 
     /// The next live entry at or after `from` (wrapping) with `small`
@@ -927,6 +975,10 @@ impl ArenaShard {
                 let n = e.freq;
                 e.freq = 0;
                 let h = e.hash;
+                if self.cfg.queues {
+                    // The main conveyor copies the survivor down.
+                    self.seg_copied += e.size;
+                }
                 if self.cfg.policy.counter_feed() {
                     self.sketch.add(h, n);
                 }
@@ -1264,6 +1316,11 @@ impl ShardedModel {
         self.shards.iter().map(|s| s.len()).sum()
     }
 
+    /// Live bytes over all shards.
+    pub fn live_bytes(&self) -> u64 {
+        self.shards.iter().map(|s| s.live_bytes()).sum()
+    }
+
     /// Whether nothing is held.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
@@ -1290,8 +1347,10 @@ pub fn replay(cfg: Config, requests: impl IntoIterator<Item = (u64, u64)>) -> Ou
     let mut cache = ShardedModel::new(cfg);
     let mut out = Outcome::default();
     let mut items_sum = 0u128;
+    let mut bytes_sum = 0u128;
     let mut counted = 0u64;
     let mut all_sum = 0u128;
+    let mut all_bytes = 0u128;
     for (key, size) in requests {
         out.requests += 1;
         out.bytes += size;
@@ -1300,21 +1359,28 @@ pub fn replay(cfg: Config, requests: impl IntoIterator<Item = (u64, u64)>) -> Ou
             out.hit_bytes += size;
         }
         let len = cache.len() as u128;
+        let live = cache.live_bytes() as u128;
         all_sum += len;
+        all_bytes += live;
         if cache.compactions() > 0 {
             items_sum += len;
+            bytes_sum += live;
             counted += 1;
         }
     }
     out.compactions = cache.compactions();
     out.copied_bytes = cache.copied_bytes();
-    out.mean_items = if counted > 0 {
-        items_sum as f64 / counted as f64
-    } else if out.requests > 0 {
-        all_sum as f64 / out.requests as f64
-    } else {
-        0.0
+    let mean = |steady: u128, all: u128| {
+        if counted > 0 {
+            steady as f64 / counted as f64
+        } else if out.requests > 0 {
+            all as f64 / out.requests as f64
+        } else {
+            0.0
+        }
     };
+    out.mean_items = mean(items_sum, all_sum);
+    out.mean_bytes = mean(bytes_sum, all_bytes);
     out
 }
 
@@ -1324,8 +1390,13 @@ pub fn replay(cfg: Config, requests: impl IntoIterator<Item = (u64, u64)>) -> Ou
 /// an LRU of `entries` must hold that many on average, not at its peak.
 /// Two rounds of proportional correction from `entries / (1 - f/2)`.
 pub fn limit_for_mean(cfg: Config, entries: u64, requests: &[(u64, u64)]) -> u64 {
-    let f =
-        if cfg.segments > 0 { 1.0 / cfg.segments as f64 } else { cfg.free_percent as f64 / 100.0 };
+    let f = if cfg.queues {
+        0.0 // one eviction at a time: the count stays at the limit
+    } else if cfg.segments > 0 {
+        1.0 / cfg.segments as f64
+    } else {
+        cfg.free_percent as f64 / 100.0
+    };
     let mut limit = ((entries as f64) / (1.0 - f / 2.0)).round().max(1.0) as u64;
     // The largest limit known to compact (the first guess is below any
     // that would not: the mean is under the limit).
