@@ -16,7 +16,9 @@ public real traces it fetches) through
   segment-granular arena (8 segments a shard, ``/seg8``); and the chosen
   policy as two conveyors of one segment chain would run it (``/queues``:
   one eviction at a time, no holes; the arena it needs is reported from its
-  mean live bytes plus three segments of fragments);
+  mean live bytes plus three segments of fragments), also with a window
+  ghost hit counted within a quarter of the cache whatever the window's
+  size (``/queues-f25``);
 - libCacheSim's LRU, SIEVE, S3-FIFO, W-TinyLFU, ARC, LIRS and Belady;
 
 all at the same mean entry count: the candidates' item limit is set so that
@@ -72,7 +74,9 @@ MAX_REQUESTS = 500_000
 #: and the ghost-adaptive policies on the segment-granular arena, 8 segments
 #: a shard (a 2 MiB shard of 256 KiB segments), and the chosen one on them
 #: cleaned in the conveyor's order (`/fifo8`); the chosen one as two
-#: conveyors of one segment chain (`/queues`: single evictions, no holes).
+#: conveyors of one segment chain (`/queues`: single evictions, no holes),
+#: and so with a window ghost hit counted within a quarter of the cache's
+#: insertions whatever the window's size (`/queues-f25`).
 RUNS: tuple[tuple[str, list[str], str | None], ...] = (
     ("/10%", ["--free", "10"], None),
     (
@@ -85,6 +89,7 @@ RUNS: tuple[tuple[str, list[str], str | None], ...] = (
     ("/seg8", ["--segments", "8"], "sieve-batched,wtinylfu-ghost,wtinylfu-ghost-aging"),
     ("/fifo8", ["--segments", "8", "--fifo-cleaner"], "wtinylfu-ghost"),
     ("/queues", ["--queues"], "wtinylfu-ghost"),
+    ("/queues-f25", ["--queues", "--ghost-floor", "0.25"], "wtinylfu-ghost"),
 )
 #: `/queues`: segments of fragments a shard of two conveyors holds at most
 #: beside its live bytes (the head partly filled, each conveyor's gap), and
@@ -222,7 +227,9 @@ def markdown(rows: list[dict[str, Any]], command: str) -> str:
         "cleaning cursor, up to four, that free one). `/queues`: `wtinylfu-ghost` as two "
         "conveyors of one segment chain run it (the main hand at the old end, the window's at "
         "the boundary; one eviction at a time, a winner copied to the main part's newest end, "
-        "no holes). Each candidate's limit holds the mean entry "
+        "no holes; `/queues-f25`: a window ghost hit also counts when the key came back "
+        "within a quarter of the cache's entries in insertions). Each candidate's limit holds "
+        "the mean entry "
         "count (on segments and `/queues`, found for each policy). Libcachesim's W-TinyLFU at 50 "
         "entries or fewer has a window of 0 and reads 0.000.",
         "",

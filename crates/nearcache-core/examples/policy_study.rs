@@ -25,8 +25,11 @@
 //! (`Config::segment_fifo`) instead of where the holes are; `--queues`: the
 //! W-TinyLFU family as two conveyors of one segment chain would run it
 //! (`Config::queues`: one eviction at a time, no holes), each policy's
-//! limit found for its own mean. Each line has the mean live bytes
-//! (`mean_bytes`) beside the mean entries.
+//! limit found for its own mean; `--ghost-floor F`: a window ghost hit
+//! also counts when the key came back within F x the cache's entries in
+//! insertions, whatever the window's size (`Config::ghost_age_floor`).
+//! Each line has the mean live bytes (`mean_bytes`) beside the mean
+//! entries.
 
 use nearcache_core::eviction::{limit_for_mean, replay, Config, Policy, Walk};
 use std::process::ExitCode;
@@ -93,6 +96,7 @@ fn run() -> Result<(), String> {
     let mut ghost = None;
     let mut step = None;
     let mut ghost_age = None;
+    let mut ghost_floor = None;
     let mut tie_break = false;
     let mut conservative = false;
     let mut plain = false;
@@ -123,6 +127,10 @@ fn run() -> Result<(), String> {
                     0.0..=100.0,
                     "0 (off) to 100 x the queue",
                 )?)
+            }
+            "--ghost-floor" => {
+                ghost_floor =
+                    Some(ranged::<f64>(&mut it, "--ghost-floor", 0.0..=1.0, "0 to 1 x the cache")?)
             }
             "--tiebreak" => tie_break = true,
             "--conservative" => conservative = true,
@@ -253,6 +261,9 @@ fn run() -> Result<(), String> {
             }
             if let Some(f) = ghost_age {
                 cfg.ghost_age = f;
+            }
+            if let Some(f) = ghost_floor {
+                cfg.ghost_age_floor = f;
             }
             cfg.segment_fifo = fifo_cleaner;
             if let Some(c) = counter {

@@ -320,6 +320,10 @@ pub struct Config {
     /// the evicting queue's size in insertions (a queue that much larger
     /// would have kept it); 0: every ghost hit counts, as in ARC.
     pub ghost_age: f64,
+    /// A window ghost hit also counts when the key came back within this
+    /// share of the cache's entries in insertions, whatever the window's
+    /// size (0: only `ghost_age` decides).
+    pub ghost_age_floor: f64,
     /// A candidate hit while in the window wins a tie in the duel.
     pub tie_break: bool,
     /// The sketch's conservative update (see [`Sketch::conservative`]).
@@ -392,6 +396,7 @@ impl Config {
             ghost_percent: 25,
             ghost_step: 4.0,
             ghost_age: 2.0,
+            ghost_age_floor: 0.0,
             tie_break: policy == Policy::WTinyLfuTieBreak,
             conservative: policy.strict_duel(),
             admit_margin: policy.strict_duel() as u8,
@@ -704,7 +709,8 @@ impl ArenaShard {
         let (w, m) = (self.window_ghost.len().max(1) as f64, self.main_ghost.len().max(1) as f64);
         let k = self.cfg.ghost_age;
         if let Some(age) = self.window_ghost.age(fp, self.inserts) {
-            if k == 0.0 || (age as f64) <= k * self.win_target {
+            let bound = (k * self.win_target).max(self.cfg.ghost_age_floor * c);
+            if k == 0.0 || (age as f64) <= bound {
                 self.win_target = (self.win_target + step * (m / w).max(1.0)).min(hi);
             }
         } else if let Some(age) = self.main_ghost.age(fp, self.inserts) {
