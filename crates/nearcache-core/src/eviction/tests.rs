@@ -504,3 +504,19 @@ fn two_conveyors_hit_as_the_entry_granular_arena() {
     assert!(queued.hit_ratio() > lru_ratio + 0.05, "{queued:?} vs LRU {lru_ratio}");
     assert!(queued.copied_bytes > 0, "{queued:?}");
 }
+
+#[test]
+fn a_ghost_floor_counts_window_ghost_hits_within_its_share() {
+    // A key the window evicted 100 insertions ago: beyond twice a window
+    // of 10 entries, within a quarter of a 1,000-entry cache.
+    for (floor, grows) in [(0.0, false), (0.25, true), (0.05, false)] {
+        let mut cfg = Config::new(Policy::WTinyLfuGhost, 1000);
+        cfg.ghost_age_floor = floor;
+        let mut s = ArenaShard::new(cfg, 1000, 1000);
+        let before = s.win_target;
+        s.window_ghost.push_at(Ghost::fingerprint(key_hash(7)), 0);
+        s.inserts = 100;
+        s.follow_ghosts(key_hash(7));
+        assert_eq!(s.win_target > before, grows, "floor {floor}");
+    }
+}
