@@ -131,13 +131,21 @@ fn shifting_trace(seed: u64, len: usize, space: u64) -> Vec<u64> {
         .collect()
 }
 
+/// The trace of the tests of the ghost-adaptive window for `seed`: the
+/// cache's entry count, and random requests, a shifting working set (so
+/// the window grows), then random requests again.
+fn adaptive_trace(seed: u64) -> (u64, Vec<u64>) {
+    let cap = 90 + seed * 41;
+    let mut trace = random_trace(seed, 6_000, cap * 3);
+    trace.extend(shifting_trace(seed, 6_000, cap * 2));
+    trace.extend(random_trace(seed + 10, 4_000, cap * 3));
+    (cap, trace)
+}
+
 #[test]
 fn ghost_window_with_single_evictions_matches_the_reference() {
     for seed in 1..=4u64 {
-        let cap = 90 + seed * 41;
-        let mut trace = random_trace(seed, 6_000, cap * 3);
-        trace.extend(shifting_trace(seed, 6_000, cap * 2));
-        trace.extend(random_trace(seed + 10, 4_000, cap * 3));
+        let (cap, trace) = adaptive_trace(seed);
         let cfg = batch_of_one(Policy::WTinyLfuGhost, cap);
         let mut model = ArenaShard::new(cfg, cap, cap);
         let ghost_len = (cap * cfg.ghost_percent / 100) as usize;
@@ -451,10 +459,7 @@ fn two_conveyors_keep_their_books() {
 #[test]
 fn two_conveyors_make_the_single_eviction_choices() {
     for seed in 1..=4u64 {
-        let cap = 90 + seed * 41;
-        let mut trace = random_trace(seed, 6_000, cap * 3);
-        trace.extend(shifting_trace(seed, 6_000, cap * 2));
-        trace.extend(random_trace(seed + 10, 4_000, cap * 3));
+        let (cap, trace) = adaptive_trace(seed);
         let mut queued = batch_of_one(Policy::WTinyLfuGhost, cap);
         queued.queues = true;
         let bytes = cap * 3;
