@@ -890,6 +890,30 @@ impl ArenaShard {
         }
     }
 
+    /// Drop the evicted entries of the model's vector in `a..b`, keeping
+    /// the order (a merge of segments, or `tidy`); the hands move with the
+    /// entries they pointed at (or the next live ones), and the index is
+    /// rebuilt from the live entries.
+    fn drop_evicted(&mut self, a: usize, b: usize) {
+        let removed_before = |x: usize, arena: &[Ent]| {
+            arena[a.min(x)..b.min(x)].iter().filter(|e| e.evicted).count()
+        };
+        self.hand -= removed_before(self.hand, &self.arena);
+        self.small_hand -= removed_before(self.small_hand, &self.arena);
+        let mut j = 0usize;
+        self.arena.retain(|e| {
+            let keep = j < a || j >= b || !e.evicted;
+            j += 1;
+            keep
+        });
+        self.index.clear();
+        for (i, e) in self.arena.iter().enumerate() {
+            if !e.evicted {
+                self.index.insert(e.key, i);
+            }
+        }
+    }
+
     /// Move a window entry to the newest end of the arena (CLOCK's
     /// reinsertion; in the engine, a copy into the head segment).
     fn reinsert(&mut self, i: usize) {

@@ -34,7 +34,7 @@
 //! entries (amortized constant work per eviction; the hands follow their
 //! entries).
 
-use super::{ArenaShard, Ent};
+use super::ArenaShard;
 
 impl ArenaShard {
     /// Evict one entry at a time until `size` more bytes and one more
@@ -72,17 +72,7 @@ impl ArenaShard {
         if self.arena.len() <= 2 * self.items as usize + 64 {
             return;
         }
-        let live_before = |x: usize, arena: &[Ent]| {
-            arena[..x.min(arena.len())].iter().filter(|e| !e.evicted).count()
-        };
-        self.hand = live_before(self.hand, &self.arena);
-        self.small_hand = live_before(self.small_hand, &self.arena);
-        self.arena.retain(|e| !e.evicted);
-        for (i, e) in self.arena.iter().enumerate() {
-            if let Some(at) = self.index.get_mut(&e.key) {
-                *at = i;
-            }
-        }
+        self.drop_evicted(0, self.arena.len());
         self.tidied += 1;
     }
 }

@@ -336,23 +336,7 @@ impl ArenaShard {
         self.seg_used.splice(h..h + k, out_used);
         self.seg_len.splice(h..h + k, out_len);
         self.seg_dead.splice(h..h + k, std::iter::repeat(0).take(kept));
-        let removed_before = |x: usize, arena: &[Ent]| {
-            arena[a.min(x)..b.min(x)].iter().filter(|e| e.evicted).count()
-        };
-        self.hand -= removed_before(self.hand, &self.arena);
-        self.small_hand -= removed_before(self.small_hand, &self.arena);
-        let mut j = 0usize;
-        self.arena.retain(|e| {
-            let keep = j < a || j >= b || !e.evicted;
-            j += 1;
-            keep
-        });
-        self.index.clear();
-        for (i, e) in self.arena.iter().enumerate() {
-            if !e.evicted {
-                self.index.insert(e.key, i);
-            }
-        }
+        self.drop_evicted(a, b);
     }
 
     /// The segments (bytes, entries) the live entries of `a..b` fill when
