@@ -559,7 +559,7 @@ def test_1_8_lock_release_never_frees_the_next_holders_lock(every_store: list[An
         time.sleep(0.1 + getattr(store, "ttl_resolution", 0.0))  # first's lock expires
         second = store.lock("handover", timeout=0, expire=30)
         deadline = time.monotonic() + 10
-        while not second.acquire(blocking=False):  # memcached keeps whole seconds
+        while not second.acquire(blocking=False):  # a loaded machine may need a few tries
             assert time.monotonic() < deadline
             time.sleep(0.05)
         with pytest.raises(nearcache.LockNotOwnedError):

@@ -261,6 +261,30 @@ def test_memcached_l2_with_redis_invalidation(
         wait_for(lambda: b.get("k") == 2)
 
 
+def test_memcached_l2_expires_with_l1(
+    memcached_server: MemcachedServer, unique_prefix: str, tmp_path: Path
+) -> None:
+    """Once L1's copy expires, L2 must not serve the value memcached still holds
+    (its whole-second clock keeps the item up to two seconds longer)."""
+    with TieredCache(
+        ShmDriver(path=tmp_path / "l1", size="4MiB"),
+        MemcachedDriver(memcached_server.address, prefix=unique_prefix),
+    ) as cache:
+        cache.set_many({"key1": "spam", "key2": "eggs"}, ttl=0.3)
+        cache.set("key3", "ham", ttl=0.3)
+        assert cache.get_many(["key1", "key2", "key3"]) == {
+            "key1": "spam",
+            "key2": "eggs",
+            "key3": "ham",
+        }
+        time.sleep(0.5)
+        assert cache.get("key1") is None
+        assert cache.get_many(["key2", "key3"]) == {}
+        assert cache.get_with_ttl("key3") == (None, None)
+        assert cache.add("key1", "new", ttl=60) is True
+        assert cache.get("key1") == "new"
+
+
 # -------------------------------------------------------------------------------- outage
 
 

@@ -39,10 +39,15 @@ Every ``ttl`` argument follows :func:`nearcache.units.ttl_to_ms`, the rule of
 * negative, NaN or infinite: ``ValueError``; ``bool``: ``TypeError``.
 
 A store may keep time more coarsely than a millisecond; its driver says so in
-:attr:`Driver.ttl_resolution`.  The guarantee is the same everywhere: an
-entry is **never** dropped for expiry before its TTL has elapsed, and it is
-gone at most ``ttl_resolution`` seconds after that (memcached, with a
-one-second clock, sends ``ceil(ttl) + 1`` seconds).  A counter created by
+:attr:`Driver.ttl_resolution`, and in :attr:`Driver.counter_ttl_resolution`
+for counters (``int`` values in the signed 64-bit range, which the store
+itself may have to increment) when those are coarser still.  The guarantee
+is the same everywhere: an entry is **never** dropped for expiry before its
+TTL has elapsed, and it is gone at most ``ttl_resolution`` seconds after
+that (``counter_ttl_resolution`` for a counter).  Every driver nearcache
+ships keeps a millisecond for values; memcached, with a one-second clock,
+keeps whole seconds for counters (sent as ``ceil(ttl) + 1`` seconds: gone
+less than two seconds after their TTL).  A counter created by
 :meth:`Driver.incr` gets the default TTL; ``incr``/``decr`` on an existing
 entry keep its expiry.
 
@@ -209,7 +214,8 @@ class Driver(PolicyMethods, ABC):
     #: that it takes an :class:`EncodedKey` in place of a key (see there).
     accepts_encoded_keys: ClassVar[bool] = False
 
-    #: Seconds: how much later than its TTL an entry may still be seen.
+    #: Seconds: how much later than its TTL an entry may still be seen
+    #: (counters: :attr:`counter_ttl_resolution`).
     ttl_resolution: float = 0.001
 
     #: Whether the driver keeps what it is given (``False`` for the null driver).
@@ -233,6 +239,16 @@ class Driver(PolicyMethods, ABC):
     def closed(self) -> bool:
         """Whether :meth:`close` was called."""
         return self._closed
+
+    @property
+    def counter_ttl_resolution(self) -> float:
+        """Seconds: how much later than its TTL a counter (an ``int`` in the
+        signed 64-bit range) may still be seen.
+
+        :attr:`ttl_resolution` unless the driver says otherwise (memcached,
+        whose counters keep its whole seconds: 2.0).
+        """
+        return self.ttl_resolution
 
     def _check_open(self) -> None:
         if self._closed:

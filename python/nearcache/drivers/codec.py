@@ -17,16 +17,28 @@ mistaken for a counter:
 * anything else is the byte ``0x10``, the flags as 4 bytes little-endian,
   then the payload.
 
-The first byte of a non-counter is thus in ``0x00``-``0x05`` or ``0x10``:
-never a digit, a sign or whitespace (memcached's ``incr`` parses values with
-``strtoull``, which skips leading whitespace), so the store refuses to
-increment it and the driver reports :class:`~nearcache.errors.NotACounterError`.
+A store whose own clock is too coarse (memcached counts whole seconds) may
+wrap a non-counter in a *deadline header* (:func:`with_deadline`): the byte
+``0x11``, the absolute deadline in Unix milliseconds as 8 bytes
+little-endian (``0``: never expires), then the value in the format above.
+The reader checks the deadline (:func:`split_deadline`) before decoding the
+value, so the entry expires to the millisecond whatever the store's clock.
+A counter is never wrapped (the store must still increment it in place),
+nor is a header: what follows a header is a native or tagged value, never
+a counter and never another header.
+
+The first byte of a non-counter is thus in ``0x00``-``0x05``, ``0x10`` or
+``0x11``: never a digit, a sign or whitespace (memcached's ``incr`` parses
+values with ``strtoull``, which skips leading whitespace), so the store
+refuses to increment it and the driver reports
+:class:`~nearcache.errors.NotACounterError`.
 
 Decoding is as strict as the shared-memory cache's: a value in another
 format, written with another serializer, or failing its signature raises
 :class:`~nearcache.serializers.EntryRejected`, which drivers treat as a miss
 (and count as ``rejected`` in their stats).  A cache configured for JSON
-never unpickles.
+never unpickles.  :meth:`StoreCodec.decode` rejects a value that still
+carries its deadline header: only :func:`split_deadline` takes it off.
 """
 
 from __future__ import annotations
@@ -41,10 +53,23 @@ from nearcache.serializers import (
     ValueCodec,
 )
 
-__all__ = ["TAG_FLAGS", "StoreCodec"]
+__all__ = [
+    "DEADLINE_HEADER_SIZE",
+    "TAG_DEADLINE",
+    "TAG_FLAGS",
+    "StoreCodec",
+    "is_counter",
+    "split_deadline",
+    "with_deadline",
+]
 
 #: First byte of a value stored with its full 32-bit flags word.
 TAG_FLAGS = 0x10
+#: First byte of a value wrapped in a deadline header (:func:`with_deadline`).
+TAG_DEADLINE = 0x11
+#: Bytes a deadline header adds to a value: the tag and the deadline.
+DEADLINE_HEADER_SIZE = 9
+_MAX_DEADLINE = 2**64 - 1
 
 _DIGIT_OR_MINUS = frozenset(b"0123456789-")
 _FLAG_BYTES = 0
@@ -122,4 +147,49 @@ class StoreCodec:
             return self.values.decode(tag, data[1:], key)
         if tag == TAG_FLAGS and len(data) >= 5:
             return self.values.decode(int.from_bytes(data[1:5], "little"), data[5:], key)
+        if tag == TAG_DEADLINE:
+            raise UndecodableEntry("a value with a deadline header reached decode unopened")
         raise UndecodableEntry(f"stored value starts with {tag:#04x}: not nearcache's format")
+
+
+def is_counter(data: bytes) -> bool:
+    """Whether stored bytes are a counter (plain decimal digits, maybe signed)."""
+    return bool(data) and data[0] in _DIGIT_OR_MINUS
+
+
+def with_deadline(data: bytes, deadline_ms: int) -> bytes:
+    """Wrap the stored form ``data`` of a non-counter in a deadline header.
+
+    ``deadline_ms`` is the Unix time, in milliseconds, from which the value
+    is expired; ``0`` means it never expires.
+
+    Raises:
+        ValueError: ``data`` is a counter (which must stay plain digits) or
+            already has a header, or the deadline does not fit 64 bits.
+    """
+    if not data or is_counter(data) or data[0] == TAG_DEADLINE:
+        raise ValueError("only a stored non-counter without a header takes a deadline header")
+    if not 0 <= deadline_ms <= _MAX_DEADLINE:
+        raise ValueError(f"deadline {deadline_ms} ms is outside 0..2**64-1")
+    return b"\x11" + deadline_ms.to_bytes(8, "little") + data
+
+
+def split_deadline(data: bytes) -> tuple[int | None, bytes]:
+    """Return ``(deadline in Unix ms, stored value)`` of stored bytes.
+
+    Bytes without a header come back as they are, with the deadline
+    ``None``: a counter, a value stored with no TTL, or a value written by an
+    older nearcache (the store's own expiry applies to them).
+
+    Raises:
+        UndecodableEntry: a header is truncated, or wraps a counter, another
+            header or nothing (never written by nearcache).
+    """
+    if not data or data[0] != TAG_DEADLINE:
+        return None, data
+    if len(data) <= DEADLINE_HEADER_SIZE:
+        raise UndecodableEntry(f"truncated deadline header ({len(data)} bytes)")
+    inner = data[DEADLINE_HEADER_SIZE:]
+    if inner[0] in _DIGIT_OR_MINUS or inner[0] == TAG_DEADLINE:
+        raise UndecodableEntry("a deadline header wraps a counter or another header")
+    return int.from_bytes(data[1:DEADLINE_HEADER_SIZE], "little"), inner

@@ -30,10 +30,42 @@ TTL
 ---
 memcached counts time in whole seconds, and an item set with an exptime of
 ``n`` seconds lives between ``n - 1`` and ``n`` seconds, depending on where in
-the current second it was written.  The driver therefore sends
-``ceil(ttl) + 1`` seconds: an entry is never dropped before its TTL and is
-gone less than two seconds after it (:attr:`MemcachedDriver.ttl_resolution`).
-TTLs over 30 days are sent as absolute Unix times, as the protocol requires.
+the current second it was written.  The driver therefore keeps the expiry of
+a value itself, to the millisecond: every value except a counter is stored
+behind a deadline header (:func:`nearcache.drivers.codec.with_deadline`), the
+Unix time in milliseconds from which it is expired (``0``: never).  Every
+call that reads an entry checks it, so a value past its deadline is gone at
+once (:attr:`MemcachedDriver.ttl_resolution` is a millisecond), as on Redis
+and in shared memory:
+
+* ``get``, ``get_many``, ``contains`` and ``pop`` miss it, and
+  ``get_with_ttl``/``get_many_with_ttl`` miss it too; on a live value they
+  return the seconds left from the header, with no second request;
+* ``add`` stores over it (``gets``, then ``cas``: an entry written meanwhile
+  is never overwritten), ``replace`` and ``touch`` find no entry,
+  ``delete`` reports none (and drops it, unless rewritten meanwhile);
+* ``incr``/``decr`` on it create the counter from ``default``.
+
+``touch`` rewrites the header (``gets``, then ``cas``, retried when the entry
+changed meanwhile).  ``replace``, ``touch`` and ``delete`` thus read the entry
+first and take two requests; ``delete_many`` reads with one request per
+server.  memcached still gets an exptime of ``ceil(ttl) + 1``
+seconds, so it frees the item's memory a little after the deadline and never
+before it.  TTLs over 30 days are sent as absolute Unix times, as the
+protocol requires.
+
+Counters (ints in the signed 64-bit range) stay plain decimal digits, which
+memcached's ``incr`` needs, so they carry no header and keep memcached's
+whole-second resolution: never dropped before their TTL, gone less than two
+seconds after it (:attr:`MemcachedDriver.counter_ttl_resolution`); ``touch``
+on a counter is memcached's own ``touch``.  Values written by an older
+nearcache, without a header, are still read, with memcached's expiry (their
+seconds left come from the meta command ``mg``, as for counters).
+
+The deadline is wall-clock time: hosts sharing memcached servers need
+synchronized clocks (NTP), as memcached's absolute exptimes already do.  A
+host whose clock runs ahead sees values expire early by as much, one whose
+clock lags sees them late (until memcached's own expiry drops them).
 
 Values and counters
 -------------------
@@ -89,8 +121,15 @@ from nearcache.drivers.base import (
     key_bytes,
     ttl_to_ms,
 )
-from nearcache.drivers.codec import StoreCodec
-from nearcache.serializers import Compressor, EntryRejected, Serializer
+from nearcache.drivers.codec import (
+    DEADLINE_HEADER_SIZE,
+    TAG_DEADLINE,
+    StoreCodec,
+    is_counter,
+    split_deadline,
+    with_deadline,
+)
+from nearcache.serializers import Compressor, EntryRejected, Serializer, UndecodableEntry
 
 __all__ = ["MAX_KEY_LENGTH", "MemcachedDriver", "memcached_key"]
 
@@ -112,6 +151,30 @@ def memcached_key(prefix: bytes, key: bytes) -> bytes:
     ):
         return prefix + key
     return prefix + b"#" + hashlib.sha256(key).hexdigest().encode()
+
+
+def _now_ms() -> int:
+    """Wall-clock Unix time in milliseconds (the clock of deadline headers)."""
+    return time.time_ns() // 1_000_000
+
+
+def _expired(data: bytes, now_ms: int) -> bool:
+    """Whether stored bytes carry a deadline header that has passed.
+
+    A malformed header is not expired: the entry is there, unreadable (a
+    read rejects it).
+    """
+    if len(data) <= DEADLINE_HEADER_SIZE or data[0] != TAG_DEADLINE:
+        return False
+    deadline = int.from_bytes(data[1:DEADLINE_HEADER_SIZE], "little")
+    return 0 < deadline <= now_ms
+
+
+def _seconds_left(remaining: int | None) -> float | None:
+    """Seconds left (``get_with_ttl``) from the reply of ``mg <key> t``."""
+    if remaining is None:
+        return 0.001  # expired between the get and the mg
+    return None if remaining < 0 else float(max(remaining, 1))
 
 
 def _remaining(reply: bytes) -> int | None:
@@ -146,7 +209,10 @@ class MemcachedDriver(Driver):
 
     name: ClassVar[str] = "memcached"
     accepts_encoded_keys: ClassVar[bool] = True
-    ttl_resolution: float = 2.0
+    #: Values keep their own deadline (see the module documentation).
+    ttl_resolution: float = 0.001
+    #: Counters keep memcached's whole seconds, sent as ``ceil(ttl) + 1``.
+    counter_ttl_resolution: float = 2.0
     max_value_size: int
 
     def __init__(
@@ -230,29 +296,43 @@ class MemcachedDriver(Driver):
             groups.setdefault(self._client(mk), []).append(mk)
         return groups
 
-    def _exptime(self, ttl: TTL) -> int:
+    def _expiry(self, ttl: TTL) -> tuple[int, int]:
+        """(deadline in Unix ms, memcached exptime) of ``ttl``; ``(0, 0)``: never."""
         ms = ttl_to_ms(ttl, self._default_ttl_ms)
         if not ms:
-            return 0
+            return 0, 0
         seconds = math.ceil(ms / 1000) + 1
         if seconds > _RELATIVE_LIMIT:
-            return int(time.time()) + seconds
-        return seconds
+            return _now_ms() + ms, int(time.time()) + seconds
+        return _now_ms() + ms, seconds
 
-    def _encode(self, value: Any, full: bytes) -> bytes:
+    def _encode(self, value: Any, full: bytes, deadline: int) -> bytes:
+        """The stored bytes of ``value``: behind a deadline header unless a counter."""
         data = self._codec.encode(value, full)
+        if not is_counter(data):
+            data = with_deadline(data, deadline)
         if len(data) > self.max_value_size:
             raise ValueTooLargeError(
                 f"value of {len(data)} bytes exceeds max_value_size={self.max_value_size}"
             )
         return data
 
-    def _decode(self, data: bytes, full: bytes, default: Any) -> Any:
+    def _open(self, data: bytes, full: bytes, now_ms: int) -> tuple[Any, int | None]:
+        """``(value, deadline)`` of stored bytes, ``(_MISS, None)`` when they are
+        past their deadline or rejected.
+
+        The deadline is ``None`` for bytes without a header (a counter, or a
+        value written by an older nearcache: memcached keeps their TTL), ``0``
+        for a value that never expires.
+        """
         try:
-            return self._codec.decode(data, full)
+            deadline, inner = split_deadline(data)
+            if deadline and deadline <= now_ms:
+                return _MISS, None
+            return self._codec.decode(inner, full), deadline
         except EntryRejected:
             self.rejected += 1
-            return default
+            return _MISS, None
 
     def _fail(self, exc: Exception) -> NoReturn:
         if isinstance(exc, MemcacheServerError) and "too large" in str(exc):
@@ -262,17 +342,24 @@ class MemcachedDriver(Driver):
     # -- reads -------------------------------------------------------------
 
     def get(self, key: Key, default: Any = None) -> Any:
-        """get."""
+        """get (a value past its deadline is a miss)."""
         mk, full = self._keys(key)
         self._check_open()
         try:
             data = self._client(mk).get(mk, default=None)
         except (MemcacheError, OSError) as exc:
             self._fail(exc)
-        return default if data is None else self._decode(data, full, default)
+        if data is None:
+            return default
+        value = self._open(data, full, _now_ms())[0]
+        return default if value is _MISS else value
 
     def get_with_ttl(self, key: Key, default: Any = None) -> tuple[Any, float | None]:
-        """get, then the meta command ``mg <key> t`` for the seconds left."""
+        """get; the seconds left come from the deadline header.
+
+        A counter or a value without a header asks memcached (the meta
+        command ``mg <key> t``, whole seconds).
+        """
         mk, full = self._keys(key)
         self._check_open()
         try:
@@ -280,88 +367,130 @@ class MemcachedDriver(Driver):
             data = client.get(mk, default=None)
             if data is None:
                 return default, None
+            now = _now_ms()
+            value, deadline = self._open(data, full, now)
+            if value is _MISS:
+                return default, None
+            if deadline is not None:
+                return value, (None if deadline == 0 else max(deadline - now, 1) / 1000)
             reply = client.raw_command(b"mg " + mk + b" t")
         except (MemcacheError, OSError) as exc:
             self._fail(exc)
-        value = self._decode(data, full, _MISS)
-        if value is _MISS:
-            return default, None
-        remaining = _remaining(reply)
-        if remaining is None:
-            return value, 0.001  # expired between the two calls
-        return value, (None if remaining < 0 else float(max(remaining, 1)))
+        return value, _seconds_left(_remaining(reply))
 
-    def get_many(self, keys: Iterable[Key]) -> dict[Any, Any]:
-        """get with many keys, one request per server."""
-        check_key_collection(keys)
+    def _fetch_many(self, keys: Iterable[Key]) -> list[tuple[Any, bytes, bytes, bytes]]:
+        """``[(key, memcached key, full key, stored bytes)]`` of the keys
+        memcached holds, with one ``get`` per server (decoded by the caller)."""
         wanted: dict[bytes, list[tuple[Any, bytes]]] = {}
         for key in keys:
             mk, full = self._keys(key)
             wanted.setdefault(mk, []).append((key, full))
         self._check_open()
-        found: dict[Any, Any] = {}
+        found: list[tuple[Any, bytes, bytes, bytes]] = []
         try:
             for client, mks in self._by_server(wanted).items():
                 for mk, data in client.get_many(mks).items():
-                    for key, full in wanted[mk]:
-                        value = self._decode(data, full, _MISS)
-                        if value is not _MISS:
-                            found[key] = value
+                    found.extend((key, mk, full, data) for key, full in wanted[mk])
         except (MemcacheError, OSError) as exc:
             self._fail(exc)
         return found
 
-    def get_many_with_ttl(self, keys: Iterable[Key]) -> dict[Any, tuple[Any, float | None]]:
-        """get with many keys, then ``mg <key> t`` for each hit."""
+    def get_many(self, keys: Iterable[Key]) -> dict[Any, Any]:
+        """get with many keys, one request per server."""
         check_key_collection(keys)
-        given = list(keys)
-        values = self.get_many(given)
+        now = _now_ms()
+        found: dict[Any, Any] = {}
+        for key, _, full, data in self._fetch_many(keys):
+            value = self._open(data, full, now)[0]
+            if value is not _MISS:
+                found[key] = value
+        return found
+
+    def get_many_with_ttl(self, keys: Iterable[Key]) -> dict[Any, tuple[Any, float | None]]:
+        """get with many keys, one request per server; then ``mg <key> t`` for
+        each hit without a deadline header (a counter, an older value)."""
+        check_key_collection(keys)
+        now = _now_ms()
         found: dict[Any, tuple[Any, float | None]] = {}
+        ask: list[tuple[Any, bytes, Any]] = []
+        for key, mk, full, data in self._fetch_many(keys):
+            value, deadline = self._open(data, full, now)
+            if value is _MISS:
+                continue
+            if deadline is None:
+                ask.append((key, mk, value))
+            else:
+                found[key] = (value, None if deadline == 0 else max(deadline - now, 1) / 1000)
         try:
-            for key, value in values.items():
-                mk, _ = self._keys(key)
-                remaining = _remaining(self._client(mk).raw_command(b"mg " + mk + b" t"))
-                if remaining is None:
-                    left: float | None = 0.001  # expired meanwhile
-                else:
-                    left = None if remaining < 0 else float(max(remaining, 1))
-                found[key] = (value, left)
+            for key, mk, value in ask:
+                reply = self._client(mk).raw_command(b"mg " + mk + b" t")
+                found[key] = (value, _seconds_left(_remaining(reply)))
         except (MemcacheError, OSError) as exc:
             self._fail(exc)
         return found
 
     # -- writes ------------------------------------------------------------
 
-    def _store(self, command: str, key: Key, value: Any, ttl: TTL) -> bool:
+    def set(self, key: Key, value: Any, ttl: TTL = None) -> None:
+        """set."""
         mk, full = self._keys(key)
-        exptime = self._exptime(ttl)
-        data = self._encode(value, full)
+        deadline, exptime = self._expiry(ttl)
+        data = self._encode(value, full, deadline)
         self._check_open()
         try:
-            method = getattr(self._client(mk), command)
-            return bool(method(mk, data, expire=exptime, noreply=False))
+            self._client(mk).set(mk, data, expire=exptime, noreply=False)
         except (MemcacheError, OSError) as exc:
             self._fail(exc)
 
-    def set(self, key: Key, value: Any, ttl: TTL = None) -> None:
-        """set."""
-        self._store("set", key, value, ttl)
-
     def add(self, key: Key, value: Any, ttl: TTL = None) -> bool:
-        """add."""
-        return self._store("add", key, value, ttl)
+        """add; over a value past its deadline, ``gets`` then ``cas``."""
+        mk, full = self._keys(key)
+        deadline, exptime = self._expiry(ttl)
+        data = self._encode(value, full, deadline)
+        self._check_open()
+        client = self._client(mk)
+        try:
+            for _ in range(_CAS_ATTEMPTS):
+                if client.add(mk, data, expire=exptime, noreply=False):
+                    return True
+                old, cas = client.gets(mk)
+                if cas is None:
+                    continue  # gone since the add: add again
+                if not _expired(old, _now_ms()):
+                    return False
+                if client.cas(mk, data, cas, expire=exptime, noreply=False):
+                    return True
+                # rewritten (False) or gone (None) since the gets: start over
+        except (MemcacheError, OSError) as exc:
+            self._fail(exc)
+        raise BackendError(f"add on {key!r} lost {_CAS_ATTEMPTS} races in a row")
 
     def replace(self, key: Key, value: Any, ttl: TTL = None) -> bool:
-        """replace."""
-        return self._store("replace", key, value, ttl)
+        """replace a live entry: ``gets``, then ``cas``."""
+        mk, full = self._keys(key)
+        deadline, exptime = self._expiry(ttl)
+        data = self._encode(value, full, deadline)
+        self._check_open()
+        client = self._client(mk)
+        try:
+            for _ in range(_CAS_ATTEMPTS):
+                old, cas = client.gets(mk)
+                if cas is None or _expired(old, _now_ms()):
+                    return False
+                stored = client.cas(mk, data, cas, expire=exptime, noreply=False)
+                if stored is not False:
+                    return bool(stored)  # True: replaced; None: gone since the gets
+        except (MemcacheError, OSError) as exc:
+            self._fail(exc)
+        raise BackendError(f"replace on {key!r} lost {_CAS_ATTEMPTS} races in a row")
 
     def set_many(self, mapping: Mapping[Key, Any], ttl: TTL = None) -> None:
         """set for every item, pipelined per server."""
-        exptime = self._exptime(ttl)
+        deadline, exptime = self._expiry(ttl)
         items: dict[bytes, bytes] = {}
         for key, value in mapping.items():
             mk, full = self._keys(key)
-            items[mk] = self._encode(value, full)
+            items[mk] = self._encode(value, full, deadline)
         self._check_open()
         try:
             for client, mks in self._by_server(items).items():
@@ -373,37 +502,73 @@ class MemcachedDriver(Driver):
         except (MemcacheError, OSError) as exc:
             self._fail(exc)
 
+    def _drop(self, client: Any, mk: bytes, data: bytes, cas: bytes) -> bool:
+        """Delete the entry ``gets`` returned; whether it was live.
+
+        A value past its deadline is deleted only if nobody rewrote it since
+        (meta delete with its CAS token), and counts as no entry.
+        """
+        if _expired(data, _now_ms()):
+            client.raw_command(b"md " + mk + b" C" + cas)
+            return False
+        return bool(client.delete(mk, noreply=False))
+
     def delete(self, key: Key) -> bool:
-        """delete."""
+        """gets, then delete (a value past its deadline counts as no entry)."""
         mk, _ = self._keys(key)
         self._check_open()
         try:
-            return bool(self._client(mk).delete(mk, noreply=False))
+            client = self._client(mk)
+            data, cas = client.gets(mk)
+            return cas is not None and self._drop(client, mk, data, cas)
         except (MemcacheError, OSError) as exc:
             self._fail(exc)
 
     def delete_many(self, keys: Iterable[Key]) -> int:
-        """delete for every distinct key."""
+        """gets with every distinct key (one request per server), then delete."""
         check_key_collection(keys)
         mks = list(dict.fromkeys(self._keys(key)[0] for key in keys))
         self._check_open()
         count = 0
         try:
-            for mk in mks:
-                count += bool(self._client(mk).delete(mk, noreply=False))
+            for client, group in self._by_server(mks).items():
+                for mk, (data, cas) in client.gets_many(group).items():
+                    count += self._drop(client, mk, data, cas)
         except (MemcacheError, OSError) as exc:
             self._fail(exc)
         return count
 
     def touch(self, key: Key, ttl: TTL = None) -> bool:
-        """touch."""
+        """Rewrite the deadline header (``gets``, then ``cas``); a counter
+        gets memcached's ``touch``."""
         mk, _ = self._keys(key)
-        exptime = self._exptime(ttl)
+        deadline, exptime = self._expiry(ttl)
         self._check_open()
+        client = self._client(mk)
         try:
-            return bool(self._client(mk).touch(mk, expire=exptime, noreply=False))
+            for _ in range(_CAS_ATTEMPTS):
+                data, cas = client.gets(mk)
+                if cas is None:
+                    return False
+                if is_counter(data):
+                    return bool(client.touch(mk, expire=exptime, noreply=False))
+                try:
+                    old, inner = split_deadline(data)
+                    if not inner:
+                        raise UndecodableEntry("an empty stored value")
+                except EntryRejected:
+                    self.rejected += 1  # not nearcache's: no entry to touch
+                    return False
+                if old and old <= _now_ms():
+                    return False
+                stored = client.cas(
+                    mk, with_deadline(inner, deadline), cas, expire=exptime, noreply=False
+                )
+                if stored is not False:
+                    return bool(stored)  # True: touched; None: gone since the gets
         except (MemcacheError, OSError) as exc:
             self._fail(exc)
+        raise BackendError(f"touch on {key!r} lost {_CAS_ATTEMPTS} races in a row")
 
     def incr(self, key: Key, delta: int = 1, default: int | None = 0) -> int:
         """Signed 64-bit increment (see the module documentation)."""
@@ -436,17 +601,27 @@ class MemcachedDriver(Driver):
         raise BackendError(f"incr on {key!r} lost {_CAS_ATTEMPTS} races in a row")
 
     def _create(
-        self, client: Any, mk: bytes, key: Key, delta: int, default: int | None
+        self,
+        client: Any,
+        mk: bytes,
+        key: Key,
+        delta: int,
+        default: int | None,
+        over: bytes | None = None,
     ) -> int | None:
-        """Create a missing counter; None when someone else created it first."""
+        """Create a missing counter (with ``cas`` over the expired value whose
+        CAS token is ``over``); None when someone else wrote the key first."""
         if default is None:
             raise KeyError(key)
         result = default + delta
         if not MIN_INT64 <= result <= MAX_INT64:
             raise CounterOverflowError("counter would leave the signed 64-bit range")
-        if client.add(mk, b"%d" % result, expire=self._exptime(None), noreply=False):
-            return result
-        return None
+        exptime = self._expiry(None)[1]
+        if over is None:
+            stored = client.add(mk, b"%d" % result, expire=exptime, noreply=False)
+        else:
+            stored = client.cas(mk, b"%d" % result, over, expire=exptime, noreply=False)
+        return result if stored else None
 
     def _incr_cas(
         self, client: Any, mk: bytes, full: bytes, key: Key, delta: int, default: int | None
@@ -455,7 +630,10 @@ class MemcachedDriver(Driver):
         data, cas = client.gets(mk)
         if cas is None:
             return self._create(client, mk, key, delta, default)
-        value = self._decode(data, full, _MISS)
+        now = _now_ms()
+        if _expired(data, now):
+            return self._create(client, mk, key, delta, default, over=cas)
+        value = self._open(data, full, now)[0]
         if type(value) is not int or not MIN_INT64 <= value <= MAX_INT64:
             raise NotACounterError(f"the value under {key!r} is not an integer")
         result = value + delta

@@ -19,7 +19,8 @@ null driver) runs :class:`NullDriverContract` instead.
 
 The suite checks the protocol documented in :mod:`nearcache.drivers.base`:
 the same operations, the same TTL behaviour (within the driver's
-``ttl_resolution``) and the same errors.
+``ttl_resolution``, and ``counter_ttl_resolution`` for counters) and the
+same errors.
 """
 
 from __future__ import annotations
@@ -454,10 +455,11 @@ class DriverContract(_Base):
         """Every way of giving an entry a TTL, checked with a single wait per group.
 
         Entries must live at least their TTL and be gone within
-        ``ttl_resolution`` after it.  An entry's TTL starts when its write
-        returns at the latest, so each group's deadline counts from its
-        last write: a loaded machine, where the ~15 writes take longer than
-        the TTL, makes the test wait longer, never fail.
+        ``ttl_resolution`` after it (counters: ``counter_ttl_resolution``),
+        for every call that reads or writes them.  An entry's TTL starts
+        when its write returns at the latest, so each group's deadline
+        counts from its last write: a loaded machine, where the ~15 writes
+        take longer than the TTL, makes the test wait longer, never fail.
         """
         driver = make()
         short = 0.3
@@ -465,17 +467,17 @@ class DriverContract(_Base):
         assert defaulted.default_ttl == pytest.approx(short)
         start = time.monotonic()
 
-        driver.set("set", 1, ttl=short)
-        driver.set("set-td", 1, ttl=timedelta(seconds=short))
-        driver.set("forever", 1, ttl=0)
-        driver.set("default-forever", 1)
-        assert driver.add("add", 1, ttl=short)
-        driver.set("replace", 0)
-        assert driver.replace("replace", 1, ttl=short)
-        driver.set_many({"many1": 1, "many2": 1}, ttl=short)
-        driver.set("touched-short", 1)
+        driver.set("set", "v", ttl=short)
+        driver.set("set-td", "v", ttl=timedelta(seconds=short))
+        driver.set("forever", "v", ttl=0)
+        driver.set("default-forever", "v")
+        assert driver.add("add", "v", ttl=short)
+        driver.set("replace", "old")
+        assert driver.replace("replace", "v", ttl=short)
+        driver.set_many({"many1": "v", "many2": ["v"], "many3": "v"}, ttl=short)
+        driver.set("touched-short", "v")
         assert driver.touch("touched-short", short)
-        driver.set("touched-forever", 1, ttl=short)
+        driver.set("touched-forever", "v", ttl=short)
         assert driver.touch("touched-forever", 0)
         driver.set("counter", 1, ttl=short)
         assert driver.incr("counter") == 2  # keeps the TTL
@@ -483,10 +485,10 @@ class DriverContract(_Base):
         assert driver.decr("counter-down", 3) == -2  # so does decr, below zero
         last_write = time.monotonic()
 
-        defaulted.set("d-set", 1)
-        defaulted.set("d-forever", 1, ttl=0)
+        defaulted.set("d-set", "v")
+        defaulted.set("d-forever", "v", ttl=0)
         assert defaulted.incr("d-counter") == 1  # created with the default TTL
-        defaulted.set("d-touched", 1, ttl=0)
+        defaulted.set("d-touched", "v", ttl=0)
         assert defaulted.touch("d-touched")  # ttl=None: back to the default
         d_last_write = time.monotonic()
 
@@ -497,31 +499,53 @@ class DriverContract(_Base):
             "replace",
             "many1",
             "many2",
+            "many3",
             "touched-short",
-            "counter",
-            "counter-down",
         ]
+        counters = ["counter", "counter-down"]
         staying = ["forever", "default-forever", "touched-forever"]
-        d_expiring = ["d-set", "d-counter", "d-touched"]
+        d_expiring = ["d-set", "d-touched"]
+        d_counters = ["d-counter"]
         d_staying = ["d-forever"]
 
         # Nothing has lived its TTL yet while less than it passed since the first write.
         if time.monotonic() - start < short * 0.8:
-            assert set(driver.get_many(expiring + staying)) == set(expiring + staying)
-            assert set(defaulted.get_many(d_expiring + d_staying)) == set(d_expiring + d_staying)
+            every = expiring + counters + staying
+            assert set(driver.get_many(every)) == set(every)
+            d_every = d_expiring + d_counters + d_staying
+            assert set(defaulted.get_many(d_every)) == set(d_every)
         value, left = driver.get_with_ttl("set")
         if value is not None:
             assert left is not None and 0 < left <= short + driver.ttl_resolution
 
+        def wait_until(moment: float) -> None:
+            time.sleep(max(0.0, moment - time.monotonic()))
+
         margin = driver.ttl_resolution + 0.05
-        time.sleep(max(0.0, last_write + short + margin - time.monotonic()))
+        wait_until(last_write + short + margin)
         assert driver.get_many(expiring) == {}
-        time.sleep(max(0.0, d_last_write + short + margin - time.monotonic()))
+        # An expired entry is no entry, whatever the call.
+        assert driver.get("set", _MISS) is _MISS
+        assert driver.get_with_ttl("set", "d") == ("d", None)
+        assert driver.get_many_with_ttl(["set", "set-td"]) == {}
+        assert "set-td" not in driver
+        assert driver.touch("set", 10) is False
+        assert driver.replace("set-td", "new") is False
+        assert driver.delete("many1") is False
+        assert driver.delete_many(["many2", "many3"]) == 0
+        assert driver.pop("touched-short", "gone") == "gone"
+        assert driver.add("set", "again") is True
+        assert driver.get("set") == "again"
+        assert driver.incr("add", 5) == 5  # a new counter, from the default 0
+        assert driver.get_many(["set-td", "many1", "many2"]) == {}
+        wait_until(d_last_write + short + defaulted.ttl_resolution + 0.05)
         assert defaulted.get_many(d_expiring) == {}
+        wait_until(last_write + short + driver.counter_ttl_resolution + 0.05)
+        assert driver.get_many(counters) == {}
+        wait_until(d_last_write + short + defaulted.counter_ttl_resolution + 0.05)
+        assert defaulted.get_many(d_counters) == {}
         assert set(driver.get_many(staying)) == set(staying)
         assert set(defaulted.get_many(d_staying)) == set(d_staying)
-        assert driver.touch("set", 10) is False
-        assert driver.add("set", "again") is True
 
     def test_stats_is_a_dict(self, driver: Driver) -> None:
         driver.set("k", 1)

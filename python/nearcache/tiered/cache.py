@@ -371,6 +371,11 @@ class TieredCache(Driver):
         return self._invalidator
 
     @property
+    def counter_ttl_resolution(self) -> float:
+        """The coarser of the two tiers' resolutions for counters."""
+        return max(self._l1.counter_ttl_resolution, self._l2.counter_ttl_resolution)
+
+    @property
     def l1_ttl(self) -> float | None:
         """The longest an L1 copy lives, in seconds (None: unbounded)."""
         return self._l1_ttl_ms / 1000 if self._l1_ttl_ms else None

@@ -71,6 +71,10 @@ class AsyncAsDriver(Driver):
     def closed(self) -> bool:
         return self.acache.driver.closed
 
+    @property
+    def counter_ttl_resolution(self) -> float:
+        return self.acache.driver.counter_ttl_resolution
+
     def _run(self, method: Callable[..., Awaitable[T]], *args: Any) -> T:
         return self.runner.run(method, *args)
 

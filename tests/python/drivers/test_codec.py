@@ -11,7 +11,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nearcache.drivers.base import MAX_INT64, MIN_INT64
-from nearcache.drivers.codec import StoreCodec
+from nearcache.drivers.codec import (
+    DEADLINE_HEADER_SIZE,
+    StoreCodec,
+    is_counter,
+    split_deadline,
+    with_deadline,
+)
 from nearcache.errors import SerializationError
 from nearcache.serializers import EntryRejected, SignatureError, UndecodableEntry
 
@@ -119,3 +125,56 @@ def test_foreign_bytes_are_rejected(data: bytes) -> None:
 def test_unserializable_values_raise() -> None:
     with pytest.raises(SerializationError):
         StoreCodec().encode(lambda: None, KEY)
+
+
+def test_deadline_header_layout() -> None:
+    codec = StoreCodec()
+    data = with_deadline(codec.encode("text", KEY), 1_700_000_000_123)
+    assert data == b"\x11" + (1_700_000_000_123).to_bytes(8, "little") + b"\x01text"
+    assert len(data) == DEADLINE_HEADER_SIZE + len(b"\x01text")
+    deadline, inner = split_deadline(data)
+    assert deadline == 1_700_000_000_123
+    assert codec.decode(inner, KEY) == "text"
+    assert split_deadline(with_deadline(b"\x05", 0)) == (0, b"\x05")  # 0: never expires
+    for plain in (b"\x01text", b"42", b"-7", b"\x10" + bytes(4), b""):
+        assert split_deadline(plain) == (None, plain)  # no header: as it is
+
+
+@given(values, st.integers(min_value=0, max_value=2**64 - 1))
+def test_headers_round_trip_and_never_look_like_numbers(value: Any, deadline: int) -> None:
+    codec = StoreCodec()
+    data = codec.encode(value, KEY)
+    if is_counter(data):
+        with pytest.raises(ValueError):
+            with_deadline(data, deadline)
+        return
+    wrapped = with_deadline(data, deadline)
+    assert wrapped[:1] not in b"-0123456789 \t\n\r\v\f+"
+    assert split_deadline(wrapped) == (deadline, data)
+    with pytest.raises(UndecodableEntry):
+        codec.decode(wrapped, KEY)  # decode never ignores a deadline
+
+
+def test_with_deadline_refuses_what_it_cannot_wrap() -> None:
+    for data in (b"42", b"-1", b"", with_deadline(b"\x01v", 5)):
+        with pytest.raises(ValueError):
+            with_deadline(data, 5)
+    for deadline in (-1, 2**64):
+        with pytest.raises(ValueError):
+            with_deadline(b"\x01v", deadline)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"\x11",
+        b"\x11\x01\x02",
+        b"\x11" + bytes(8),
+        b"\x11" + bytes(8) + b"123",
+        b"\x11" + bytes(8) + b"-1",
+        b"\x11" + bytes(8) + b"\x11" + bytes(8) + b"\x01v",
+    ],
+)
+def test_malformed_headers_are_rejected(data: bytes) -> None:
+    with pytest.raises(UndecodableEntry):
+        split_deadline(data)
