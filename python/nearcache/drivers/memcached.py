@@ -170,6 +170,11 @@ def _expired(data: bytes, now_ms: int) -> bool:
     return 0 < deadline <= now_ms
 
 
+def _deadline_left(deadline: int, now_ms: int) -> float | None:
+    """Seconds left (``get_with_ttl``) of a live value's deadline header (0: never)."""
+    return None if deadline == 0 else max(deadline - now_ms, 1) / 1000
+
+
 def _seconds_left(remaining: int | None) -> float | None:
     """Seconds left (``get_with_ttl``) from the reply of ``mg <key> t``."""
     if remaining is None:
@@ -317,6 +322,12 @@ class MemcachedDriver(Driver):
             )
         return data
 
+    def _stored(self, key: Key, value: Any, ttl: TTL) -> tuple[bytes, bytes, int]:
+        """``(memcached key, stored bytes, exptime)`` of a write of ``value``."""
+        mk, full = self._keys(key)
+        deadline, exptime = self._expiry(ttl)
+        return mk, self._encode(value, full, deadline), exptime
+
     def _open(self, data: bytes, full: bytes, now_ms: int) -> tuple[Any, int | None]:
         """``(value, deadline)`` of stored bytes, ``(_MISS, None)`` when they are
         past their deadline or rejected.
@@ -372,7 +383,7 @@ class MemcachedDriver(Driver):
             if value is _MISS:
                 return default, None
             if deadline is not None:
-                return value, (None if deadline == 0 else max(deadline - now, 1) / 1000)
+                return value, _deadline_left(deadline, now)
             reply = client.raw_command(b"mg " + mk + b" t")
         except (MemcacheError, OSError) as exc:
             self._fail(exc)
@@ -420,7 +431,7 @@ class MemcachedDriver(Driver):
             if deadline is None:
                 ask.append((key, mk, value))
             else:
-                found[key] = (value, None if deadline == 0 else max(deadline - now, 1) / 1000)
+                found[key] = (value, _deadline_left(deadline, now))
         try:
             for key, mk, value in ask:
                 reply = self._client(mk).raw_command(b"mg " + mk + b" t")
@@ -433,9 +444,7 @@ class MemcachedDriver(Driver):
 
     def set(self, key: Key, value: Any, ttl: TTL = None) -> None:
         """set."""
-        mk, full = self._keys(key)
-        deadline, exptime = self._expiry(ttl)
-        data = self._encode(value, full, deadline)
+        mk, data, exptime = self._stored(key, value, ttl)
         self._check_open()
         try:
             self._client(mk).set(mk, data, expire=exptime, noreply=False)
@@ -444,9 +453,7 @@ class MemcachedDriver(Driver):
 
     def add(self, key: Key, value: Any, ttl: TTL = None) -> bool:
         """add; over a value past its deadline, ``gets`` then ``cas``."""
-        mk, full = self._keys(key)
-        deadline, exptime = self._expiry(ttl)
-        data = self._encode(value, full, deadline)
+        mk, data, exptime = self._stored(key, value, ttl)
         self._check_open()
         client = self._client(mk)
         try:
@@ -467,9 +474,7 @@ class MemcachedDriver(Driver):
 
     def replace(self, key: Key, value: Any, ttl: TTL = None) -> bool:
         """replace a live entry: ``gets``, then ``cas``."""
-        mk, full = self._keys(key)
-        deadline, exptime = self._expiry(ttl)
-        data = self._encode(value, full, deadline)
+        mk, data, exptime = self._stored(key, value, ttl)
         self._check_open()
         client = self._client(mk)
         try:
