@@ -58,6 +58,7 @@ __all__ = [
     "TAG_DEADLINE",
     "TAG_FLAGS",
     "StoreCodec",
+    "deadline_of",
     "is_counter",
     "split_deadline",
     "with_deadline",
@@ -174,6 +175,15 @@ def with_deadline(data: bytes, deadline_ms: int) -> bytes:
     return b"\x11" + deadline_ms.to_bytes(8, "little") + data
 
 
+def deadline_of(data: bytes) -> int | None:
+    """The deadline (Unix ms, ``0``: never) of stored bytes that start with a
+    whole header and something after it, else ``None``; what follows the
+    header is not checked (:func:`split_deadline` checks it)."""
+    if len(data) <= DEADLINE_HEADER_SIZE or data[0] != TAG_DEADLINE:
+        return None
+    return int.from_bytes(data[1:DEADLINE_HEADER_SIZE], "little")
+
+
 def split_deadline(data: bytes) -> tuple[int | None, bytes]:
     """Return ``(deadline in Unix ms, stored value)`` of stored bytes.
 
@@ -192,4 +202,4 @@ def split_deadline(data: bytes) -> tuple[int | None, bytes]:
     inner = data[DEADLINE_HEADER_SIZE:]
     if inner[0] in _DIGIT_OR_MINUS or inner[0] == TAG_DEADLINE:
         raise UndecodableEntry("a deadline header wraps a counter or another header")
-    return int.from_bytes(data[1:DEADLINE_HEADER_SIZE], "little"), inner
+    return deadline_of(data), inner

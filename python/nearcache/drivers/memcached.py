@@ -122,9 +122,8 @@ from nearcache.drivers.base import (
     ttl_to_ms,
 )
 from nearcache.drivers.codec import (
-    DEADLINE_HEADER_SIZE,
-    TAG_DEADLINE,
     StoreCodec,
+    deadline_of,
     is_counter,
     split_deadline,
     with_deadline,
@@ -164,10 +163,8 @@ def _expired(data: bytes, now_ms: int) -> bool:
     A malformed header is not expired: the entry is there, unreadable (a
     read rejects it).
     """
-    if len(data) <= DEADLINE_HEADER_SIZE or data[0] != TAG_DEADLINE:
-        return False
-    deadline = int.from_bytes(data[1:DEADLINE_HEADER_SIZE], "little")
-    return 0 < deadline <= now_ms
+    deadline = deadline_of(data)
+    return deadline is not None and 0 < deadline <= now_ms
 
 
 def _deadline_left(deadline: int, now_ms: int) -> float | None:
