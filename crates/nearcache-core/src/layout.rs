@@ -55,8 +55,10 @@ pub const MAGIC: [u8; 8] = *b"NEARCACH";
 /// compact from a write cursor that no longer marks where judging stopped.
 /// Version 11: a second word per segment counts its live bytes, and the
 /// conveyor frees a segment that holds none without reading it: an older
-/// engine would leave the counts stale.
-pub const LAYOUT_VERSION: u32 = 11;
+/// engine would leave the counts stale. Version 12: segments of 72 KiB at
+/// least (were 96) and twelve of them at least in a segmented arena (were
+/// eight): the same file size has another segment geometry.
+pub const LAYOUT_VERSION: u32 = 12;
 /// Size of the file header; shards start here, page-aligned.
 pub const HEADER_SIZE: usize = 4096;
 /// Shard sizes are multiples of this.
@@ -128,17 +130,19 @@ pub const KEEP_AHEAD: usize = 32;
 /// The part of the head (one over this) whose filling pays conveyor passes.
 pub const KEEP_AHEAD_WINDOW: usize = 8;
 /// Smallest segment: an entry with the longest key (64 KiB) and a spilled
-/// value's reference must fit in one.
-pub const MIN_SEGMENT_SIZE: usize = 96 * 1024;
+/// value's reference must fit in one. Smaller segments waste less of a
+/// shard (a segmented shard holds about a segment less than its arena): a
+/// 2 MiB shard has 24 segments of about 74 KiB where it had 18 of 97 KiB.
+pub const MIN_SEGMENT_SIZE: usize = 72 * 1024;
 /// Words per segment in the segment table: links and used bytes, then
 /// live bytes (`shard/segments.rs`).
 pub const SEGMENT_WORDS: usize = 2;
 /// Fewest segments of a segmented arena: a smaller one is a single
-/// segment (shards under about 850 KiB), compacted whole. Eight: a 1 MiB
-/// shard (nine segments) is segmented. A segmented shard holds up to one
-/// segment less than its arena (the head fills while the others are full),
-/// so few segments would waste much of a small shard.
-pub const MIN_SEGMENTS: usize = 8;
+/// segment (shards under about 870 KiB), compacted whole. Twelve: a 1 MiB
+/// shard (thirteen segments) is segmented. A segmented shard holds up to
+/// one segment less than its arena (the head fills while the others are
+/// full), so few segments would waste much of a small shard.
+pub const MIN_SEGMENTS: usize = 12;
 /// Segment link meaning "none" (the newest segment's next, an empty free list).
 pub const NO_SEGMENT: u32 = u32::MAX;
 /// Default target size of one shard when the caller leaves the count open:
@@ -669,9 +673,9 @@ mod tests {
         let g = Geometry::for_size(64 << 20, 0).unwrap();
         assert_eq!(g.shard_count, 32);
         assert!(g.total_size() <= 64 << 20);
-        // 2 MiB shards: 18 segments of about 97 KiB; an entry fits in one.
+        // 2 MiB shards: 24 segments of about 74 KiB; an entry fits in one.
         let (count, size) = g.segments();
-        assert_eq!(count, 18);
+        assert_eq!(count, 24);
         assert!(size >= MIN_SEGMENT_SIZE && size % 64 == 0 && count * size <= g.arena_size());
         assert_eq!(g.max_entry_size(), size);
         let tiny = Geometry::for_size(HEADER_SIZE + MIN_SHARD_SIZE, 0).unwrap();

@@ -68,7 +68,7 @@ def test_a_row_per_backend_and_size(tmp_path: Path) -> None:
     ran = {n for n in PEERS if (s := result.backend(n)) is not None and s.available}
     assert "nearcache" in ran
     assert [c.case for c in w.cases] == TINY_SIZES
-    # Inline entries are bounded by an arena segment (96-256 KiB): the
+    # Inline entries are bounded by an arena segment (72-256 KiB): the
     # forced-inline row refuses the larger values, with the reason.
     inline_sizes = {"1KiB", "128KiB"}
     for case in w.cases:

@@ -2,9 +2,9 @@
 //! write never grows with the shard.
 //!
 //! Layout (`layout::Geometry::segments`): the arena is `count` segments of
-//! `size` bytes (96 KiB to about 256 KiB: 1/32 of the arena, clamped, then
-//! the arena divided evenly); an arena shorter than `MIN_SEGMENTS` (8)
-//! minimum segments (shards under about 850 KiB) is one segment, the whole
+//! `size` bytes (72 KiB to about 256 KiB: 1/32 of the arena, clamped, then
+//! the arena divided evenly); an arena shorter than `MIN_SEGMENTS` (12)
+//! minimum segments (shards under about 870 KiB) is one segment, the whole
 //! arena, compacted whole as before segments (`compaction.rs`; bounded: the
 //! shard is small). A table of two words per segment sits between the
 //! shard header and the index: `next (u32) << 32 | used (u32)`, then
@@ -66,7 +66,7 @@ use std::ptr;
 /// `floor(2^64 / d) + 1` (or `2^64 / d` for a power of two). Exact while
 /// `n < 2^64 / d` (the error `n / 2^64` stays below `1 / d`): arena offsets
 /// are below 2^35 (`MAX_SHARD_SIZE`) and segments below 2^20
-/// (`SEGMENT_SIZE` plus a little, or a one-segment arena under 850 KiB).
+/// (`SEGMENT_SIZE` plus a little, or a one-segment arena under 870 KiB).
 pub(super) fn reciprocal(d: usize) -> u64 {
     assert!(d > 1 && d < 1 << 20, "segment size {d}");
     u64::MAX / d as u64 + 1
