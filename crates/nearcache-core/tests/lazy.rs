@@ -22,12 +22,11 @@ impl ShmDir {
         } else {
             std::env::temp_dir()
         };
-        let nanos =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
-        let p = base.join(format!("nc-lazy-{tag}-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&p).unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o700)).unwrap();
+        // A unique directory (`common::TempDir::in_dir`), removed by this
+        // type's drop.
+        let d = common::TempDir::in_dir(&base, &format!("lazy-{tag}"));
+        let p = d.0.clone();
+        std::mem::forget(d);
         ShmDir(p)
     }
     fn file(&self, name: &str) -> PathBuf {

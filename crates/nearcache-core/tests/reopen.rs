@@ -18,17 +18,15 @@ struct ShmDir(PathBuf);
 
 impl ShmDir {
     fn new(tag: &str) -> ShmDir {
-        if !Path::new("/dev/shm").is_dir() {
-            let d = TempDir::new(tag);
-            let p = d.0.clone();
-            std::mem::forget(d);
-            return ShmDir(p);
-        }
-        let nanos =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
-        let p = PathBuf::from(format!("/dev/shm/nc-test-{tag}-{}-{nanos}", std::process::id()));
-        std::fs::create_dir(&p).unwrap();
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o700)).unwrap();
+        // A unique directory (`TempDir::in_dir`), removed by this type's
+        // drop.
+        let d = if Path::new("/dev/shm").is_dir() {
+            TempDir::in_dir(Path::new("/dev/shm"), tag)
+        } else {
+            TempDir::new(tag)
+        };
+        let p = d.0.clone();
+        std::mem::forget(d);
         ShmDir(p)
     }
     fn file(&self, name: &str) -> PathBuf {

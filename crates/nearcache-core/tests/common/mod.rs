@@ -11,16 +11,29 @@ impl TempDir {
     pub fn new(tag: &str) -> TempDir {
         TempDir::in_dir(&std::env::temp_dir(), tag)
     }
-    /// A fresh private directory under `parent` (e.g. /dev/shm, for tmpfs).
+    /// A fresh private directory under `parent` (e.g. /dev/shm, for tmpfs),
+    /// never shared: its name carries the process id and a counter, and it
+    /// is created with `create_dir`, which fails if the name exists (tests
+    /// run in parallel threads: two directories named after the clock could
+    /// be one, and two tests would then share a cache file).
     #[allow(dead_code)]
     pub fn in_dir(parent: &std::path::Path, tag: &str) -> TempDir {
-        let nanos =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
-        let p = parent.join(format!("nc-test-{tag}-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&p).unwrap();
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o700)).unwrap();
-        TempDir(p)
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        loop {
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            let p = parent.join(format!("nc-test-{tag}-{}-{n}", std::process::id()));
+            match std::fs::create_dir(&p) {
+                Ok(()) => {
+                    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o700)).unwrap();
+                    return TempDir(p);
+                }
+                // Left by an earlier process that had this id.
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => panic!("cannot create {}: {e}", p.display()),
+            }
+        }
     }
     pub fn file(&self, name: &str) -> PathBuf {
         self.0.join(name)
