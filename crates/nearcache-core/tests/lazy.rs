@@ -6,39 +6,12 @@
 //! shows). Growth races use this test binary re-executed as a child.
 
 mod common;
+use common::TempDir;
 use nearcache_core::layout::{sh, HEADER_SIZE};
 use nearcache_core::{Cache, OpenOptions};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-/// A private directory on tmpfs (falls back to the temp dir), removed on drop.
-struct ShmDir(PathBuf);
-
-impl ShmDir {
-    fn new(tag: &str) -> ShmDir {
-        let base = if Path::new("/dev/shm").is_dir() {
-            PathBuf::from("/dev/shm")
-        } else {
-            std::env::temp_dir()
-        };
-        // A unique directory (`common::TempDir::in_dir`), removed by this
-        // type's drop.
-        let d = common::TempDir::in_dir(&base, &format!("lazy-{tag}"));
-        let p = d.0.clone();
-        std::mem::forget(d);
-        ShmDir(p)
-    }
-    fn file(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for ShmDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn opts(size: usize) -> OpenOptions {
     OpenOptions { size: Some(size), ..OpenOptions::default() }
@@ -60,7 +33,7 @@ const FIXED_PER_SHARD: u64 = 8 * 1024 + 64 * 1024 + 16 * 1024 + 8 * 1024;
 
 #[test]
 fn a_new_large_cache_holds_only_its_headers() {
-    let d = ShmDir::new("new");
+    let d = TempDir::shm("lazy-new");
     let path = d.file("c");
     let c = Cache::open(&path, &opts(256 << 20)).unwrap();
     let shards = c.shard_count() as u64;
@@ -87,7 +60,7 @@ fn memory_follows_stored_bytes_for_every_size() {
         (256 << 20, 100_000, 200),
         (1 << 30, 20_000, 8_000),
     ] {
-        let d = ShmDir::new("follow");
+        let d = TempDir::shm("lazy-follow");
         let path = d.file("c");
         let c = Cache::open(&path, &opts(size)).unwrap();
         let shards = c.shard_count() as u64;
@@ -127,7 +100,7 @@ fn memory_follows_stored_bytes_for_every_size() {
 fn overwrites_do_not_grow_memory() {
     // The same 500 keys rewritten 40 times: dead entries are dropped
     // before the shard grows, so memory stays near the live bytes.
-    let d = ShmDir::new("overwrite");
+    let d = TempDir::shm("lazy-overwrite");
     let path = d.file("c");
     let c = Cache::open(&path, &opts(64 << 20)).unwrap();
     let shards = c.shard_count() as u64;
@@ -146,7 +119,7 @@ fn overwrites_do_not_grow_memory() {
 
 #[test]
 fn clear_gives_the_memory_back() {
-    let d = ShmDir::new("clear");
+    let d = TempDir::shm("lazy-clear");
     let path = d.file("c");
     let c = Cache::open(&path, &opts(64 << 20)).unwrap();
     let empty = allocated(&path);
@@ -169,7 +142,7 @@ fn clear_gives_the_memory_back() {
 
 #[test]
 fn a_full_cache_grows_to_its_size_and_evicts_as_before() {
-    let d = ShmDir::new("full");
+    let d = TempDir::shm("lazy-full");
     let path = d.file("c");
     let c = Cache::open(&path, &opts(4 << 20)).unwrap();
     for i in 0..20_000 {
@@ -187,7 +160,7 @@ fn a_full_cache_grows_to_its_size_and_evicts_as_before() {
 
 #[test]
 fn reopening_a_partially_grown_file_keeps_its_entries_and_keeps_growing() {
-    let d = ShmDir::new("reopen");
+    let d = TempDir::shm("lazy-reopen");
     let path = d.file("c");
     {
         let c = Cache::open(&path, &opts(32 << 20)).unwrap();
@@ -214,7 +187,7 @@ fn reopening_a_partially_grown_file_keeps_its_entries_and_keeps_growing() {
 fn preallocated_files_open_and_work_as_before() {
     // `preallocate` writes exactly the format of files made before lazy
     // reservation (LAZY byte and growth words all zero, every byte held).
-    let d = ShmDir::new("prealloc");
+    let d = TempDir::shm("lazy-prealloc");
     let path = d.file("c");
     {
         let c = Cache::open(&path, &OpenOptions { preallocate: true, ..opts(8 << 20) }).unwrap();
@@ -262,7 +235,7 @@ fn child_main() {
 fn processes_growing_the_same_shards_agree() {
     // One shard, four processes writing into it at once: each growth is
     // made by whoever holds the lock, seen by all.
-    let d = ShmDir::new("race");
+    let d = TempDir::shm("lazy-race");
     let path = d.file("c");
     let c = Cache::open(&path, &OpenOptions { shards: 1, ..opts(32 << 20) }).unwrap();
     let children: Vec<_> = ["a", "b", "c", "d"]
@@ -299,7 +272,7 @@ fn scribbled_growth_words_reset_the_shard_and_never_move_an_access() {
     // with values out of range: the shard is reset (counted), operations
     // go on, and nothing reads or writes outside the reserved pages.
     for (arena, active) in [(u64::MAX, 512u64), (0, 3), (1 << 40, 1 << 40), (8, 0)] {
-        let d = ShmDir::new("scribble");
+        let d = TempDir::shm("lazy-scribble");
         let path = d.file("c");
         let c = Cache::open(&path, &OpenOptions { shards: 1, ..opts(4 << 20) }).unwrap();
         for i in 0..500 {
@@ -330,7 +303,7 @@ fn scribbled_growth_words_reset_the_shard_and_never_move_an_access() {
 struct SmallTmpfs {
     mnt: PathBuf,
     // Removed after the unmount (fields drop after `Drop::drop`).
-    _dir: ShmDir,
+    _dir: TempDir,
 }
 
 impl SmallTmpfs {
@@ -340,7 +313,7 @@ impl SmallTmpfs {
             eprintln!("skipped: mounting a tmpfs needs root");
             return None;
         }
-        let d = ShmDir::new("mnt");
+        let d = TempDir::shm("lazy-mnt");
         let mnt = d.file("fs");
         std::fs::create_dir(&mnt).unwrap();
         let ok = Command::new("mount")

@@ -12,37 +12,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-/// A private directory on tmpfs (where a lone opener may skip the shard
-/// repair), or in the temp dir where there is no /dev/shm.
-struct ShmDir(PathBuf);
-
-impl ShmDir {
-    fn new(tag: &str) -> ShmDir {
-        // A unique directory (`TempDir::in_dir`), removed by this type's
-        // drop.
-        let d = if Path::new("/dev/shm").is_dir() {
-            TempDir::in_dir(Path::new("/dev/shm"), tag)
-        } else {
-            TempDir::new(tag)
-        };
-        let p = d.0.clone();
-        std::mem::forget(d);
-        ShmDir(p)
-    }
-    fn file(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-    fn on_tmpfs(&self) -> bool {
-        self.0.starts_with("/dev/shm")
-    }
-}
-
-impl Drop for ShmDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// The clean-shutdown byte and the attach count of the file header.
 fn attach_state(path: &Path) -> (u8, u32) {
     let f = std::fs::File::open(path).unwrap();
@@ -316,7 +285,7 @@ fn a_truncated_mapping_is_not_shared() {
 #[test]
 fn a_forked_child_maps_the_file_anew() {
     let _serial = serial();
-    let d = ShmDir::new("fork");
+    let d = TempDir::shm("fork");
     let path = d.file("c");
     let a = Cache::open(&path, &opts(1 << 20, 2)).unwrap();
     a.set(b"parent", b"1", 0, 0).unwrap();
@@ -372,7 +341,7 @@ fn a_forked_child_maps_the_file_anew() {
 #[test]
 fn a_clean_detach_lets_the_next_lone_opener_skip_the_repair() {
     let _serial = serial();
-    let d = ShmDir::new("clean");
+    let d = TempDir::shm("clean");
     let path = d.file("c");
     let expect = if d.on_tmpfs() { "clean" } else { "repaired" };
     let a = Cache::open(&path, &opts(1 << 20, 2)).unwrap();
@@ -395,7 +364,7 @@ fn a_clean_detach_lets_the_next_lone_opener_skip_the_repair() {
 #[test]
 fn another_process_that_detached_cleanly_keeps_the_detach_clean() {
     let _serial = serial();
-    let d = ShmDir::new("two-clean");
+    let d = TempDir::shm("two-clean");
     let path = d.file("c");
     drop(Cache::open(&path, &opts(1 << 20, 2)).unwrap());
     let mut child = spawn_child("attach", &path);
@@ -417,7 +386,7 @@ fn another_process_that_detached_cleanly_keeps_the_detach_clean() {
 #[test]
 fn a_process_that_died_attached_makes_the_next_lone_opener_repair() {
     let _serial = serial();
-    let d = ShmDir::new("died");
+    let d = TempDir::shm("died");
     let path = d.file("c");
     drop(Cache::open(&path, &opts(1 << 20, 2)).unwrap());
     let mut child = spawn_child("attach", &path);
@@ -438,7 +407,7 @@ fn a_process_that_died_attached_makes_the_next_lone_opener_repair() {
 #[test]
 fn a_damaged_shard_is_refused_then_repaired_by_the_next_lone_opener() {
     let _serial = serial();
-    let d = ShmDir::new("damaged");
+    let d = TempDir::shm("damaged");
     let path = d.file("c");
     let a = Cache::open(&path, &opts(1 << 20, 2)).unwrap();
     a.set(b"k", b"v", 0, 0).unwrap();

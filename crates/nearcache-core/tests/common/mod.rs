@@ -35,6 +35,22 @@ impl TempDir {
             }
         }
     }
+    /// A fresh private directory on tmpfs (/dev/shm), where caches live in
+    /// production, or in the temp dir on a machine without one.
+    #[allow(dead_code)]
+    pub fn shm(tag: &str) -> TempDir {
+        let shm = std::path::Path::new("/dev/shm");
+        if shm.is_dir() {
+            TempDir::in_dir(shm, tag)
+        } else {
+            TempDir::new(tag)
+        }
+    }
+    /// Whether the directory is on tmpfs (`shm` found /dev/shm).
+    #[allow(dead_code)]
+    pub fn on_tmpfs(&self) -> bool {
+        self.0.starts_with("/dev/shm")
+    }
     pub fn file(&self, name: &str) -> PathBuf {
         self.0.join(name)
     }
