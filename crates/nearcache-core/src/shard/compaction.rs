@@ -474,8 +474,9 @@ impl<'a> ShardGuard<'a> {
         }
         let write = slider.flush(self);
         let mut purged = 0;
+        let mut keep = Vec::new();
         for p in purge {
-            purged += self.purge_cluster(p, active)?;
+            purged += self.purge_cluster(p, active, &mut keep)?;
         }
         // Every slot this compaction marked was purged (and so were the
         // older tombstones of those clusters); saturating: the counters

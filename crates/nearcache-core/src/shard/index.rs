@@ -34,6 +34,30 @@ pub(super) struct Probe {
 }
 
 impl<'a> ShardGuard<'a> {
+    /// Ask the CPU to bring the home slot of `tag` into its cache: a walk
+    /// that will look several entries' slots up (the conveyor's pass)
+    /// issues these ahead, so that their cache misses overlap instead of
+    /// following one another. Only a hint: nothing is read or written.
+    #[inline]
+    pub(super) fn prefetch_home_slot(&self, tag: u32, active: usize) {
+        let i = home_slot(tag, active);
+        debug_assert!(i < self.shard.slots);
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            // SAFETY: i < active <= slots (home_slot), so the address lies
+            // inside the mapped index; a prefetch reads nothing the program
+            // sees and cannot fault.
+            unsafe {
+                _mm_prefetch::<_MM_HINT_T0>(
+                    self.shard.base.add(self.shard.index_off + i * 8) as *const i8
+                )
+            };
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = i;
+    }
+
     /// Index slot `i` as an atomic word: readers without the lock set its
     /// visited bit with a compare-and-swap (`mark_visited`), so every
     /// access to a slot is atomic.
@@ -207,7 +231,14 @@ impl<'a> ShardGuard<'a> {
     /// crosses an empty slot), so they land inside it. Returns the
     /// tombstones removed (0 if `p` is no longer a tombstone: a cluster
     /// purged before already took it).
-    pub(super) fn purge_cluster(&self, p: usize, active: usize) -> Check<usize> {
+    /// `keep` is scratch space, reused across calls (a pass purges up to
+    /// a hundred clusters).
+    pub(super) fn purge_cluster(
+        &self,
+        p: usize,
+        active: usize,
+        keep: &mut Vec<u64>,
+    ) -> Check<usize> {
         if self.slot(p) != TOMBSTONE {
             return Ok(0);
         }
@@ -229,7 +260,7 @@ impl<'a> ShardGuard<'a> {
                 return Err(Corrupt("index has no empty slot"));
             }
         }
-        let mut keep = Vec::with_capacity(len);
+        keep.clear();
         let mut s = start;
         for _ in 0..len {
             let v = self.slot(s);
@@ -239,7 +270,7 @@ impl<'a> ShardGuard<'a> {
             self.set_slot(s, 0);
             s = next_slot(s, active);
         }
-        for &v in &keep {
+        for &v in keep.iter() {
             self.place(v, active, len)?;
         }
         Ok(len - keep.len())

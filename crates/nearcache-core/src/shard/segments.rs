@@ -126,8 +126,9 @@ impl Dropped {
         let tombstones = (g.hdr(sh::TOMBSTONES) as usize).min(active);
         let items_before = (g.hdr(sh::ITEMS) as usize).min(active);
         let mut purged = 0;
+        let mut keep = Vec::new();
         for p in self.purge {
-            purged += g.purge_cluster(p, active)?;
+            purged += g.purge_cluster(p, active, &mut keep)?;
         }
         let gone = (self.evicted + self.expired) as usize;
         let items_after = items_before.saturating_sub(gone);
