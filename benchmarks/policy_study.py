@@ -18,7 +18,9 @@ public real traces it fetches) through
   one eviction at a time, no holes; the arena it needs is reported from its
   mean live bytes plus three segments of fragments), also with a window
   ghost hit counted within a quarter of the cache whatever the window's
-  size (``/queues-f25``);
+  size (``/queues-f25``); and a W-TinyLFU whose fixed window is the head
+  segment and whose admission, not window, follows the ghosts
+  (``wtinylfu-lenient``, at 10% and as two conveyors);
 - libCacheSim's LRU, SIEVE, S3-FIFO, W-TinyLFU, ARC, LIRS and Belady;
 
 all at the same mean entry count: the candidates' item limit is set so that
@@ -88,7 +90,7 @@ RUNS: tuple[tuple[str, list[str], str | None], ...] = (
     ),
     ("/seg8", ["--segments", "8"], "sieve-batched,wtinylfu-ghost,wtinylfu-ghost-aging"),
     ("/fifo8", ["--segments", "8", "--fifo-cleaner"], "wtinylfu-ghost"),
-    ("/queues", ["--queues"], "wtinylfu-ghost"),
+    ("/queues", ["--queues"], "wtinylfu-ghost,wtinylfu-lenient"),
     ("/queues-f25", ["--queues", "--ghost-floor", "0.25"], "wtinylfu-ghost"),
 )
 #: `/queues`: segments of fragments a shard of two conveyors holds at most
@@ -218,7 +220,11 @@ def markdown(rows: list[dict[str, Any]], command: str) -> str:
         "unvisited main entry ahead; losers' keys return straight to main from a ghost), "
         "`wtinylfu-one-hand` (`wtinylfu-ghost` on one hand: window entries stay while the "
         "ghost-adaptive window is within its share, main entries go while the main part is over "
-        "its share). `/seg8`: the segment-granular "
+        "its share), `wtinylfu-lenient` (a fixed 1% FIFO window and the margin duel; a "
+        "candidate that loses is admitted anyway when its hash falls under the shard's "
+        "lenience, 0-1, which the window and main ghosts raise and lower as `wtinylfu-ghost`'s "
+        "move its window: fully lenient it is SIEVE behind a FIFO window). `/seg8`: the "
+        "segment-granular "
         "arena, 8 segments a shard: SIEVE decides whole groups of segments at one hand; the "
         "W-TinyLFU policies evict one entry at a time with their own hands, keeping the live "
         "entries 25% (two segments) under the arena, and a cleaner merges the two or three "

@@ -77,6 +77,13 @@
 //!   `WTinyLfuOneHand` keeps window entries while the ghost-adaptive
 //!   window is within its share and evicts main entries while the main
 //!   part is over its own.
+//! * `WTinyLfuLenient`: a fixed FIFO window (the head segment, in the
+//!   engine) and the margin duel, whose admission adapts instead of the
+//!   window: a losing candidate is admitted anyway when its hash falls
+//!   under the shard's lenience (0 to 1), raised by window ghost hits and
+//!   lowered by main ghost hits within the cache's entries in insertions.
+//!   It needs no window conveyor, but fully lenient it is SIEVE, so it
+//!   cannot follow LRU where the working set shifts.
 //!
 //! The arena is entry-granular (a compaction frees `free_percent` and
 //! slides the survivors down) or, with `Config::segments`, made of fixed
@@ -138,11 +145,19 @@ pub enum Policy {
     /// the entries marked so, kept while under the ghost-adaptive share,
     /// and a candidate duels the next unvisited main entry ahead.
     WTinyLfuOneHand,
+    /// Window TinyLFU with a fixed FIFO window (the shard's head segment,
+    /// in the engine) and the strict duel, whose *admission* adapts
+    /// instead of the window: a candidate that loses its duel is admitted
+    /// anyway when its hash falls under the shard's lenience (0 to 1),
+    /// which the two ghosts move as `WTinyLfuGhost`'s move its window
+    /// (a refused key back soon: more lenient; a main victim back soon:
+    /// stricter). Fully lenient it is SIEVE behind a FIFO window.
+    WTinyLfuLenient,
 }
 
 impl Policy {
     /// Every policy, in report order.
-    pub const ALL: [Policy; 15] = [
+    pub const ALL: [Policy; 16] = [
         Policy::Sieve,
         Policy::S3Fifo,
         Policy::S3FifoOneHand,
@@ -158,6 +173,7 @@ impl Policy {
         Policy::WTinyLfuMargin,
         Policy::TinyLfuSieve,
         Policy::WTinyLfuOneHand,
+        Policy::WTinyLfuLenient,
     ];
 
     /// The policy's name in tables and on the command line.
@@ -178,6 +194,7 @@ impl Policy {
             Policy::WTinyLfuMargin => "wtinylfu-margin",
             Policy::TinyLfuSieve => "tinylfu-sieve",
             Policy::WTinyLfuOneHand => "wtinylfu-one-hand",
+            Policy::WTinyLfuLenient => "wtinylfu-lenient",
         }
     }
 
@@ -206,6 +223,7 @@ impl Policy {
                 | Policy::WTinyLfuGhost
                 | Policy::WTinyLfuGhostAging
                 | Policy::WTinyLfuMargin
+                | Policy::WTinyLfuLenient
         )
     }
 
@@ -230,6 +248,7 @@ impl Policy {
                 | Policy::WTinyLfuGhostAging
                 | Policy::TinyLfuSieve
                 | Policy::WTinyLfuOneHand
+                | Policy::WTinyLfuLenient
         )
     }
 
@@ -241,6 +260,12 @@ impl Policy {
     /// Whether the window follows the window and main ghosts.
     fn ghost_window(self) -> bool {
         matches!(self, Policy::WTinyLfuGhost | Policy::WTinyLfuGhostAging | Policy::WTinyLfuOneHand)
+    }
+
+    /// Whether the two ghosts are kept (the window's or the admission's
+    /// adaptation follows them).
+    fn keeps_ghosts(self) -> bool {
+        self.ghost_window() || self == Policy::WTinyLfuLenient
     }
 
     /// Whether the sketch's aging follows the window's and main's hits.
@@ -395,7 +420,7 @@ impl Config {
             window_max_percent: 90,
             ghost_percent: 25,
             ghost_step: 4.0,
-            ghost_age: 2.0,
+            ghost_age: if policy == Policy::WTinyLfuLenient { 1.0 } else { 2.0 },
             ghost_age_floor: 0.0,
             tie_break: policy == Policy::WTinyLfuTieBreak,
             conservative: policy.strict_duel(),
@@ -523,6 +548,8 @@ pub struct ArenaShard {
     /// `TinyLfuSieve`: the key being inserted was in the window ghost (it
     /// goes straight to the main part).
     straight_to_main: bool,
+    /// `WTinyLfuLenient`: the share of duel losers admitted anyway (0 to 1).
+    lenience: f64,
     /// `Config::queues`: times the model's vector was tidied (`tidy`).
     tidied: u64,
 }
@@ -547,7 +574,7 @@ impl ArenaShard {
         let ghost_len =
             if cfg.policy == Policy::S3FifoFullGhost { max_items as usize } else { ghost_len };
         let sketch_entries = if cfg.policy.uses_sketch() { max_items as usize } else { 1 };
-        let adaptive_len = if cfg.policy.ghost_window() || cfg.policy == Policy::TinyLfuSieve {
+        let adaptive_len = if cfg.policy.keeps_ghosts() || cfg.policy == Policy::TinyLfuSieve {
             (max_items * cfg.ghost_percent / 100).max(1) as usize
         } else {
             1
@@ -598,6 +625,7 @@ impl ArenaShard {
             seg_pending: Vec::new(),
             seg_dead: Vec::new(),
             straight_to_main: false,
+            lenience: 0.0,
             tidied: 0,
         }
     }
@@ -708,6 +736,28 @@ impl ArenaShard {
         let step = self.cfg.ghost_step;
         let (w, m) = (self.window_ghost.len().max(1) as f64, self.main_ghost.len().max(1) as f64);
         let k = self.cfg.ghost_age;
+        if self.cfg.policy == Policy::WTinyLfuLenient {
+            // The same hits move the admission's lenience: the step in
+            // entries over the entry limit, so that from strict to fully
+            // lenient takes as many hits as the window's target would
+            // take to cross the cache.
+            // A ghost hit counts if the key came back within `ghost_age`
+            // x the cache's entries in insertions: a refused key back that
+            // soon would have been a hit in the main part; a loop's keys
+            // come back later and move nothing.
+            let d = step / c;
+            let bound = k * c;
+            if let Some(age) = self.window_ghost.age(fp, self.inserts) {
+                if k == 0.0 || (age as f64) <= bound {
+                    self.lenience = (self.lenience + d * (m / w).max(1.0)).min(1.0);
+                }
+            } else if let Some(age) = self.main_ghost.age(fp, self.inserts) {
+                if k == 0.0 || (age as f64) <= bound {
+                    self.lenience = (self.lenience - d * (w / m).max(1.0)).max(0.0);
+                }
+            }
+            return;
+        }
         if let Some(age) = self.window_ghost.age(fp, self.inserts) {
             let bound = (k * self.win_target).max(self.cfg.ghost_age_floor * c);
             if k == 0.0 || (age as f64) <= bound {
@@ -769,7 +819,7 @@ impl ArenaShard {
         if self.cfg.policy.uses_sketch() {
             self.sketch.add(hash, 1);
         }
-        if self.cfg.policy.ghost_window() {
+        if self.cfg.policy.keeps_ghosts() {
             self.follow_ghosts(hash);
         }
         if self.cfg.policy == Policy::TinyLfuSieve {
@@ -938,7 +988,7 @@ impl ArenaShard {
 
     /// Remember an evicted entry in the window or the main ghost.
     fn remember(&mut self, i: usize, window: bool) {
-        if !self.cfg.policy.ghost_window() {
+        if !self.cfg.policy.keeps_ghosts() {
             return;
         }
         let fp = Ghost::fingerprint(self.arena[i].hash);
@@ -1136,7 +1186,12 @@ impl ArenaShard {
                         self.sketch.add(cand.hash, cand.freq);
                     }
                     let hit_in_window = cand.freq > 0;
+                    // A hash's fraction, from bits the fingerprint and the
+                    // sketch's first rows do not start with.
+                    let lenient = self.cfg.policy == Policy::WTinyLfuLenient
+                        && ((cand.hash >> 40) & 0xff_ffff) as f64 / 16_777_216.0 < self.lenience;
                     let wins = fc > fv.saturating_add(self.cfg.admit_margin)
+                        || lenient
                         || (self.cfg.policy == Policy::WTinyLfuRecency && hit_in_window)
                         || (self.cfg.tie_break && fc == fv && hit_in_window);
                     if wins {
