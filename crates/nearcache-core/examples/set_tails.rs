@@ -57,17 +57,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     drop(cache);
     let _ = std::fs::remove_file(&path);
 
-    let over = |limit: u32| ns.iter().filter(|&&n| n > limit).count();
-    let mut sorted = ns.clone();
+    let mut sorted = ns;
     sorted.sort_unstable();
+    let over = |limit: u32| sorted.len() - sorted.partition_point(|&n| n <= limit);
     let q = |p: f64| sorted[((sorted.len() as f64 * p) as usize).min(sorted.len() - 1)];
     println!(
         "{size_mib} MiB, {} shards, {value_bytes} B values: {} evicting sets, {} items held",
         if shards > 0 { shards.to_string() } else { "auto".into() },
-        ns.len(),
+        sorted.len(),
         stats.items
     );
-    let mean = ns.iter().map(|&n| n as u64).sum::<u64>() as f64 / ns.len() as f64;
+    let mean = sorted.iter().map(|&n| n as u64).sum::<u64>() as f64 / sorted.len() as f64;
     println!(
         "mean {mean:.0} ns  p50 {} ns  p99 {} ns  p99.9 {} ns  p99.99 {} ns  max {} ns",
         q(0.5),

@@ -736,37 +736,42 @@ impl ArenaShard {
         let step = self.cfg.ghost_step;
         let (w, m) = (self.window_ghost.len().max(1) as f64, self.main_ghost.len().max(1) as f64);
         let k = self.cfg.ghost_age;
-        if self.cfg.policy == Policy::WTinyLfuLenient {
-            // The same hits move the admission's lenience: the step in
-            // entries over the entry limit, so that from strict to fully
-            // lenient takes as many hits as the window's target would
-            // take to cross the cache.
-            // A ghost hit counts if the key came back within `ghost_age`
-            // x the cache's entries in insertions: a refused key back that
-            // soon would have been a hit in the main part; a loop's keys
-            // come back later and move nothing.
-            let d = step / c;
-            let bound = k * c;
-            if let Some(age) = self.window_ghost.age(fp, self.inserts) {
-                if k == 0.0 || (age as f64) <= bound {
-                    self.lenience = (self.lenience + d * (m / w).max(1.0)).min(1.0);
-                }
-            } else if let Some(age) = self.main_ghost.age(fp, self.inserts) {
-                if k == 0.0 || (age as f64) <= bound {
-                    self.lenience = (self.lenience - d * (w / m).max(1.0)).max(0.0);
-                }
+        let lenient = self.cfg.policy == Policy::WTinyLfuLenient;
+        // A ghost hit counts if the key came back within its bound in
+        // insertions. The window: twice the evicting queue's size (a queue
+        // that much larger would have kept it). The lenient admission:
+        // `ghost_age` x the cache's entries (a refused key back that soon
+        // would have been a hit in the main part); a loop's keys come back
+        // later and move nothing.
+        let (window_bound, main_bound) = if lenient {
+            (k * c, k * c)
+        } else {
+            ((k * self.win_target).max(self.cfg.ghost_age_floor * c), k * (c - self.win_target))
+        };
+        let counts = |age: u64, bound: f64| k == 0.0 || (age as f64) <= bound;
+        // The move in entries: + for a window ghost hit, - for a main one.
+        let delta = if let Some(age) = self.window_ghost.age(fp, self.inserts) {
+            if !counts(age, window_bound) {
+                return;
             }
-            return;
-        }
-        if let Some(age) = self.window_ghost.age(fp, self.inserts) {
-            let bound = (k * self.win_target).max(self.cfg.ghost_age_floor * c);
-            if k == 0.0 || (age as f64) <= bound {
-                self.win_target = (self.win_target + step * (m / w).max(1.0)).min(hi);
-            }
+            step * (m / w).max(1.0)
         } else if let Some(age) = self.main_ghost.age(fp, self.inserts) {
-            if k == 0.0 || (age as f64) <= k * (c - self.win_target) {
-                self.win_target = (self.win_target - step * (w / m).max(1.0)).max(lo);
+            if !counts(age, main_bound) {
+                return;
             }
+            -step * (w / m).max(1.0)
+        } else {
+            return;
+        };
+        // Each bounded on the side it moves toward (a target set outside
+        // them by the configuration only comes back as it moves).
+        let toward = |v: f64, min: f64, max: f64| if delta > 0.0 { v.min(max) } else { v.max(min) };
+        if lenient {
+            // Over the entry limit: from strict to fully lenient takes as
+            // many hits as the window's target would take to cross the cache.
+            self.lenience = toward(self.lenience + delta / c, 0.0, 1.0);
+        } else {
+            self.win_target = toward(self.win_target + delta, lo, hi);
         }
     }
 

@@ -40,22 +40,18 @@ impl<'a> ShardGuard<'a> {
     /// following one another. Only a hint: nothing is read or written.
     #[inline]
     pub(super) fn prefetch_home_slot(&self, tag: u32, active: usize) {
-        let i = home_slot(tag, active);
-        debug_assert!(i < self.shard.slots);
+        // home_slot stays below active, as slot_word requires.
+        let word = self.slot_word(home_slot(tag, active));
         #[cfg(target_arch = "x86_64")]
         {
             use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            // SAFETY: i < active <= slots (home_slot), so the address lies
-            // inside the mapped index; a prefetch reads nothing the program
-            // sees and cannot fault.
-            unsafe {
-                _mm_prefetch::<_MM_HINT_T0>(
-                    self.shard.base.add(self.shard.index_off + i * 8) as *const i8
-                )
-            };
+            // SAFETY: the address is a slot word inside the mapped index
+            // (slot_word); a prefetch reads nothing the program sees and
+            // cannot fault.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(word.as_ptr() as *const i8) };
         }
         #[cfg(not(target_arch = "x86_64"))]
-        let _ = i;
+        let _ = word;
     }
 
     /// Index slot `i` as an atomic word: readers without the lock set its
