@@ -28,10 +28,14 @@
 //! limit found for its own mean; `--ghost-floor F`: a window ghost hit
 //! also counts when the key came back within F x the cache's entries in
 //! insertions, whatever the window's size (`Config::ghost_age_floor`).
+//! `--keep-window-hits`: a promoted window candidate keeps its hit counter
+//! (`Config::keep_window_hits`); `--switch MODE`: how `wtinylfu-switch`
+//! chooses its admission (`strict`, `lenient`, `climb`, `duel` or `mini`, the
+//! default; `Config::switch`).
 //! Each line has the mean live bytes (`mean_bytes`) beside the mean
 //! entries.
 
-use nearcache_core::eviction::{limit_for_mean, replay, Config, Policy, Walk};
+use nearcache_core::eviction::{limit_for_mean, replay, Config, Policy, Switch, Walk};
 use std::process::ExitCode;
 
 fn read_oracle_general(path: &str, sizes: bool) -> Result<Vec<(u64, u64)>, String> {
@@ -108,6 +112,8 @@ fn run() -> Result<(), String> {
     let mut counter = None;
     let mut fifo_cleaner = false;
     let mut queues = false;
+    let mut keep_window_hits = false;
+    let mut switch = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -139,6 +145,14 @@ fn run() -> Result<(), String> {
             "--group" => group = true,
             "--fifo-cleaner" => fifo_cleaner = true,
             "--queues" => queues = true,
+            "--keep-window-hits" => keep_window_hits = true,
+            "--switch" => {
+                let v = arg(&mut it, "--switch")?;
+                switch = Some(
+                    Switch::from_name(v)
+                        .ok_or(format!("--switch {v}: strict, lenient, climb, duel or mini"))?,
+                );
+            }
             "--slack" => {
                 slack =
                     Some(ranged::<u64>(&mut it, "--slack", 0..=50, "0 to 50 percent of the arena")?)
@@ -268,6 +282,10 @@ fn run() -> Result<(), String> {
             cfg.segment_fifo = fifo_cleaner;
             if let Some(c) = counter {
                 cfg.counter_max = c;
+            }
+            cfg.keep_window_hits |= keep_window_hits;
+            if let Some(m) = switch {
+                cfg.switch = m;
             }
             cfg.tie_break |= tie_break;
             cfg.conservative |= conservative;

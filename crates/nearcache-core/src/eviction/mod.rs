@@ -84,6 +84,20 @@
 //!   lowered by main ghost hits within the cache's entries in insertions.
 //!   It needs no window conveyor, but fully lenient it is SIEVE, so it
 //!   cannot follow LRU where the working set shifts.
+//! * `WTinyLfuSwitch`: the fixed FIFO window and the margin duel, whose
+//!   admission has two modes: strict (the duel decides) and lenient (every
+//!   candidate admitted: SIEVE behind a FIFO window). `Config::switch`
+//!   pins a mode or picks how the mode is chosen ([`Switch`]): a
+//!   two-state climber that tries the other mode for one sample every few
+//!   and keeps it if its hit ratio was higher, or set dueling (DIP's,
+//!   Qureshi et al., ISCA '07): a thirty-second of the keys, by hash, is
+//!   always judged strictly, another always leniently, and the rest follow
+//!   whichever of the two missed less lately.
+//!
+//! `Config::keep_window_hits`: a promoted window candidate keeps its hit
+//! counter (so a window entry hit before its duel is spared once by the
+//! main hand, as SIEVE spares a new entry hit before the hand reaches it);
+//! by default the counter goes to the sketch and is cleared.
 //!
 //! The arena is entry-granular (a compaction frees `free_percent` and
 //! slides the survivors down) or, with `Config::segments`, made of fixed
@@ -153,11 +167,75 @@ pub enum Policy {
     /// (a refused key back soon: more lenient; a main victim back soon:
     /// stricter). Fully lenient it is SIEVE behind a FIFO window.
     WTinyLfuLenient,
+    /// Window TinyLFU with a fixed FIFO window and the margin duel, which
+    /// is on (strict) or off (every candidate admitted) as `Config::switch`
+    /// chooses.
+    WTinyLfuSwitch,
 }
+
+/// How `WTinyLfuSwitch` chooses between its strict and lenient admission.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Switch {
+    /// Always strict: the duel decides.
+    Strict,
+    /// Always lenient: every candidate is admitted.
+    Lenient,
+    /// A two-state climber: after `SWITCH_EVERY` samples of `SWITCH_SAMPLE`
+    /// x the entry limit requests in the kept mode, one sample in the
+    /// other; the other is kept if its hit ratio beat the last sample's by
+    /// more than `SWITCH_MARGIN`. Starts strict.
+    Climb,
+    /// Set dueling: the keys whose hash falls in one of `DUEL_GROUPS`
+    /// groups are always strict, another group's always lenient; a
+    /// saturating counter (`DUEL_PSEL`) adds the strict leaders' misses and
+    /// subtracts the lenient leaders'; the others are lenient while it is
+    /// positive.
+    Duel,
+    /// Miniature simulation (Waldspurger et al., ATC '17): the keys whose
+    /// hash falls in one of `MINI_RATE` groups (fewer in small shards)
+    /// are replayed through two shards of as many times fewer entries,
+    /// one pinned strict and one lenient, and the shard takes the mode of
+    /// the one with more hits lately (both halved every four of their
+    /// entry limits of sampled requests).
+    Mini,
+}
+
+impl Switch {
+    /// The mode's name on the command line.
+    pub fn from_name(name: &str) -> Option<Switch> {
+        match name {
+            "strict" => Some(Switch::Strict),
+            "lenient" => Some(Switch::Lenient),
+            "climb" => Some(Switch::Climb),
+            "duel" => Some(Switch::Duel),
+            "mini" => Some(Switch::Mini),
+            _ => None,
+        }
+    }
+}
+
+/// `Switch::Climb`'s sample, in multiples of the entry limit (long enough
+/// to see a loop a little longer than the cache come round), how many
+/// samples it keeps a mode before trying the other, and by how much the
+/// other must do better.
+const SWITCH_SAMPLE: u64 = 8;
+const SWITCH_EVERY: u32 = 3;
+const SWITCH_MARGIN: f64 = 0.002;
+/// `Switch::Duel`: the key space in this many groups by hash (group 0
+/// strict leaders, group 1 lenient leaders), and the counter's bound.
+const DUEL_GROUPS: u64 = 32;
+const DUEL_PSEL: i64 = 1024;
+/// `Switch::Mini`: one key in this many is replayed through the miniature
+/// shards, fewer while a miniature would hold under `MINI_ENTRIES`.
+const MINI_RATE: u64 = 32;
+const MINI_ENTRIES: u64 = 64;
+/// `Switch::Mini`: the miniatures' hits are halved every this many x
+/// their entry limit of sampled requests.
+const MINI_DECAY: u64 = 4;
 
 impl Policy {
     /// Every policy, in report order.
-    pub const ALL: [Policy; 16] = [
+    pub const ALL: [Policy; 17] = [
         Policy::Sieve,
         Policy::S3Fifo,
         Policy::S3FifoOneHand,
@@ -174,6 +252,7 @@ impl Policy {
         Policy::TinyLfuSieve,
         Policy::WTinyLfuOneHand,
         Policy::WTinyLfuLenient,
+        Policy::WTinyLfuSwitch,
     ];
 
     /// The policy's name in tables and on the command line.
@@ -195,6 +274,7 @@ impl Policy {
             Policy::TinyLfuSieve => "tinylfu-sieve",
             Policy::WTinyLfuOneHand => "wtinylfu-one-hand",
             Policy::WTinyLfuLenient => "wtinylfu-lenient",
+            Policy::WTinyLfuSwitch => "wtinylfu-switch",
         }
     }
 
@@ -224,6 +304,7 @@ impl Policy {
                 | Policy::WTinyLfuGhostAging
                 | Policy::WTinyLfuMargin
                 | Policy::WTinyLfuLenient
+                | Policy::WTinyLfuSwitch
         )
     }
 
@@ -249,6 +330,7 @@ impl Policy {
                 | Policy::TinyLfuSieve
                 | Policy::WTinyLfuOneHand
                 | Policy::WTinyLfuLenient
+                | Policy::WTinyLfuSwitch
         )
     }
 
@@ -382,6 +464,11 @@ pub struct Config {
     /// promoted candidate copied to the main part's newest end, and no
     /// holes, the conveyors compacting as they go.
     pub queues: bool,
+    /// A promoted window candidate keeps its hit counter (otherwise it
+    /// goes to the sketch and is cleared).
+    pub keep_window_hits: bool,
+    /// How `WTinyLfuSwitch` chooses its admission mode.
+    pub switch: Switch,
 }
 
 impl Config {
@@ -431,6 +518,8 @@ impl Config {
             segment_slack: 10,
             segment_fifo: false,
             queues: false,
+            keep_window_hits: policy == Policy::WTinyLfuSwitch,
+            switch: Switch::Mini,
         }
     }
 }
@@ -552,6 +641,32 @@ pub struct ArenaShard {
     lenience: f64,
     /// `Config::queues`: times the model's vector was tidied (`tidy`).
     tidied: u64,
+    /// `WTinyLfuSwitch`'s mode and its chooser's state.
+    mode: ModeState,
+    /// `Switch::Mini`: the strict and the lenient miniature shards.
+    minis: Option<Box<[ArenaShard; 2]>>,
+}
+
+/// `WTinyLfuSwitch`: the mode kept (true: lenient), whether the climber is
+/// trying the other, its sample under way, and the dueling counter.
+#[derive(Clone, Copy, Debug, Default)]
+struct ModeState {
+    lenient: bool,
+    trying: bool,
+    requests: u64,
+    hits: u64,
+    /// The hit ratio of the last sample in the kept mode.
+    base: f64,
+    /// Samples in the kept mode since the last try.
+    kept: u32,
+    /// Misses of the strict leaders minus the lenient leaders'.
+    psel: i64,
+    /// `Switch::Mini`: one key in `sample` is replayed; the hits of the
+    /// strict and the lenient miniatures lately, and sampled requests
+    /// since they were last halved.
+    sample: u64,
+    mini_hits: [u64; 2],
+    mini_requests: u64,
 }
 
 /// The 64-bit hash of a key id (splitmix64): what the engine's xxh3 gives.
@@ -565,6 +680,24 @@ pub fn key_hash(key: u64) -> u64 {
 impl ArenaShard {
     /// A shard of `cap_bytes` arena bytes and at most `max_items` entries.
     pub fn new(cfg: Config, cap_bytes: u64, max_items: u64) -> ArenaShard {
+        let mut shard = ArenaShard::bare(cfg, cap_bytes, max_items);
+        if cfg.policy == Policy::WTinyLfuSwitch && cfg.switch == Switch::Mini {
+            let mut sample = MINI_RATE;
+            while sample > 1 && shard.max_items / sample < MINI_ENTRIES {
+                sample /= 2;
+            }
+            shard.mode.sample = sample;
+            let mini = |switch| {
+                let c = Config { switch, ..cfg };
+                ArenaShard::bare(c, (cap_bytes / sample).max(1), (shard.max_items / sample).max(1))
+            };
+            shard.minis = Some(Box::new([mini(Switch::Strict), mini(Switch::Lenient)]));
+        }
+        shard
+    }
+
+    /// The shard without miniatures.
+    fn bare(cfg: Config, cap_bytes: u64, max_items: u64) -> ArenaShard {
         let max_items = max_items.max(1);
         let ghost_len = if cfg.policy.uses_ghost() {
             (max_items * (100 - cfg.small_percent) / 100) as usize
@@ -627,6 +760,8 @@ impl ArenaShard {
             straight_to_main: false,
             lenience: 0.0,
             tidied: 0,
+            mode: ModeState { lenient: cfg.switch == Switch::Lenient, ..ModeState::default() },
+            minis: None,
         }
     }
 
@@ -686,6 +821,25 @@ impl ArenaShard {
         let hit = self.lookup(key, size);
         if self.cfg.policy == Policy::WTinyLfuAdaptive {
             self.climb(hit);
+        }
+        if self.cfg.policy == Policy::WTinyLfuSwitch && self.cfg.switch == Switch::Climb {
+            self.climb_mode(hit);
+        }
+        if let Some(minis) = self.minis.as_mut() {
+            let m = &mut self.mode;
+            if (key_hash(key) >> 32) % m.sample == 0 {
+                for (i, mini) in minis.iter_mut().enumerate() {
+                    m.mini_hits[i] += mini.access(key, size) as u64;
+                }
+                m.mini_requests += 1;
+                if m.mini_requests >= MINI_DECAY * minis[0].max_items {
+                    m.mini_requests = 0;
+                    m.mini_hits = m.mini_hits.map(|h| h / 2);
+                }
+                if m.mini_hits[0] != m.mini_hits[1] {
+                    m.lenient = m.mini_hits[1] > m.mini_hits[0];
+                }
+            }
         }
         if self.cfg.policy.adaptive_aging() {
             self.age_sample();
@@ -775,6 +929,67 @@ impl ArenaShard {
         }
     }
 
+    /// `Switch::Climb`: after `SWITCH_EVERY` samples in the kept mode, one
+    /// in the other, which is kept if it did better.
+    fn climb_mode(&mut self, hit: bool) {
+        let m = &mut self.mode;
+        m.requests += 1;
+        m.hits += hit as u64;
+        if m.requests < SWITCH_SAMPLE * self.max_items {
+            return;
+        }
+        let ratio = m.hits as f64 / m.requests as f64;
+        m.requests = 0;
+        m.hits = 0;
+        if m.trying {
+            m.trying = false;
+            m.kept = 0;
+            if ratio > m.base + SWITCH_MARGIN {
+                m.lenient = !m.lenient;
+                m.base = ratio;
+            }
+        } else {
+            m.base = ratio;
+            m.kept += 1;
+            m.trying = m.kept >= SWITCH_EVERY;
+        }
+    }
+
+    /// `Switch::Duel`: the key's group (0 strict leaders, 1 lenient
+    /// leaders, others followers), from hash bits the fingerprint and the
+    /// sketch's first rows do not start with.
+    fn duel_group(hash: u64) -> u64 {
+        (hash >> 44) % DUEL_GROUPS
+    }
+
+    /// `Switch::Duel`: a miss of a leader moves the counter.
+    fn count_leader_miss(&mut self, hash: u64) {
+        let psel = &mut self.mode.psel;
+        match ArenaShard::duel_group(hash) {
+            0 => *psel = (*psel + 1).min(DUEL_PSEL),
+            1 => *psel = (*psel - 1).max(-DUEL_PSEL),
+            _ => {}
+        }
+    }
+
+    /// Whether `WTinyLfuSwitch` admits candidate `hash` whatever its duel.
+    fn admits_anyway(&self, hash: u64) -> bool {
+        if self.cfg.policy != Policy::WTinyLfuSwitch {
+            return false;
+        }
+        match self.cfg.switch {
+            Switch::Strict => false,
+            Switch::Lenient => true,
+            Switch::Climb => self.mode.lenient != self.mode.trying,
+            Switch::Mini => self.mode.lenient,
+            Switch::Duel => match ArenaShard::duel_group(hash) {
+                0 => false,
+                1 => true,
+                _ => self.mode.psel > 0,
+            },
+        }
+    }
+
     /// Caffeine's hill climber, per shard and under the lock: every sample
     /// of `CLIMB_SAMPLE` x the entry limit requests, move the window by the step (6.25%
     /// of the cache at first, shrinking 2% a sample) in the direction that
@@ -826,6 +1041,9 @@ impl ArenaShard {
         }
         if self.cfg.policy.keeps_ghosts() {
             self.follow_ghosts(hash);
+        }
+        if self.cfg.policy == Policy::WTinyLfuSwitch && self.cfg.switch == Switch::Duel {
+            self.count_leader_miss(hash);
         }
         if self.cfg.policy == Policy::TinyLfuSieve {
             // A key the window evicted that comes back while remembered
@@ -1187,7 +1405,11 @@ impl ArenaShard {
                     let feed = if self.cfg.policy.counter_feed() { cand.freq } else { 0 };
                     let fc = self.sketch.estimate(cand.hash).saturating_add(feed);
                     let fv = self.sketch.estimate(self.arena[v].hash);
-                    if self.cfg.policy.counter_feed() {
+                    // The counter goes to the sketch now, unless a promoted
+                    // candidate keeps it: then the main hand adds it when
+                    // it clears it (counted once either way).
+                    let kept = self.cfg.keep_window_hits;
+                    if self.cfg.policy.counter_feed() && !kept {
                         self.sketch.add(cand.hash, cand.freq);
                     }
                     let hit_in_window = cand.freq > 0;
@@ -1197,15 +1419,21 @@ impl ArenaShard {
                         && ((cand.hash >> 40) & 0xff_ffff) as f64 / 16_777_216.0 < self.lenience;
                     let wins = fc > fv.saturating_add(self.cfg.admit_margin)
                         || lenient
+                        || self.admits_anyway(cand.hash)
                         || (self.cfg.policy == Policy::WTinyLfuRecency && hit_in_window)
                         || (self.cfg.tie_break && fc == fv && hit_in_window);
                     if wins {
                         self.remember(v, false);
                         self.drop_entry(v, false);
                         self.hand = v + 1;
-                        self.arena[c].freq = 0;
+                        if !self.cfg.keep_window_hits {
+                            self.arena[c].freq = 0;
+                        }
                         self.promote(c);
                     } else {
+                        if self.cfg.policy.counter_feed() && kept {
+                            self.sketch.add(cand.hash, cand.freq);
+                        }
                         self.remember(c, true);
                         self.drop_entry(c, false);
                     }
