@@ -26,7 +26,9 @@ public real traces it fetches) through
   each pinned (``/strict`` with single evictions, ``/lenient`` at 10%, and
   the better of the two per row) and chosen by a two-state climber
   (``/climb``), by set dueling (``/duel``) or by miniature simulation
-  (``/mini``, and ``/mini-w4`` with a 4% window);
+  (``/mini``, and ``/mini-w4`` with a 4% window), and with the window as
+  the engine's head segment would hold it (``/head``: 4%, judged when full,
+  its older half at a time; ``/head-strict``; ``/head-w8``: 8%);
 - libCacheSim's LRU, SIEVE, S3-FIFO, W-TinyLFU, ARC, LIRS and Belady;
 
 all at the same mean entry count: the candidates' item limit is set so that
@@ -106,6 +108,13 @@ RUNS: tuple[tuple[str, list[str], str | None], ...] = (
     ("/duel", ["--queues", "--switch", "duel"], "wtinylfu-switch"),
     ("/mini", ["--queues", "--switch", "mini"], "wtinylfu-switch"),
     ("/mini-w4", ["--queues", "--switch", "mini", "--window", "4"], "wtinylfu-switch"),
+    ("/head", ["--queues", "--head-window", "--window", "4"], "wtinylfu-switch"),
+    (
+        "/head-strict",
+        ["--queues", "--head-window", "--window", "4", "--switch", "strict"],
+        "wtinylfu-switch",
+    ),
+    ("/head-w8", ["--queues", "--head-window", "--window", "8"], "wtinylfu-switch"),
 )
 #: The two pinned modes of ``wtinylfu-switch``: the goals table also counts
 #: the better of the two per row, what a perfect chooser would reach.
@@ -251,7 +260,9 @@ def markdown(rows: list[dict[str, Any]], command: str) -> str:
         "simulation: a 32nd of the keys by hash replayed through two shards 32 times smaller, "
         "one pinned strict and one lenient, the shard taking the mode of the one with more hits "
         "lately; `/mini-w4` the same with a 4% window, about the head segment of a 24-segment "
-        "shard). `/seg8`: the "
+        "shard; `/head` the window as the engine's head segment would be one, 4% of the "
+        "entries judged when full, its older half at a time, `/head-strict` so pinned strict, "
+        "`/head-w8` with an 8% head, a 12-segment shard's). `/seg8`: the "
         "segment-granular "
         "arena, 8 segments a shard: SIEVE decides whole groups of segments at one hand; the "
         "W-TinyLFU policies evict one entry at a time with their own hands, keeping the live "

@@ -29,7 +29,9 @@
 //! also counts when the key came back within F x the cache's entries in
 //! insertions, whatever the window's size (`Config::ghost_age_floor`).
 //! `--keep-window-hits`: a promoted window candidate keeps its hit counter
-//! (`Config::keep_window_hits`); `--switch MODE`: how `wtinylfu-switch`
+//! (`Config::keep_window_hits`); `--head-window` (`wtinylfu-switch` with
+//! `--queues`): the window is the head segment, judged when full
+//! (`Config::head_window`); `--switch MODE`: how `wtinylfu-switch`
 //! chooses its admission (`strict`, `lenient`, `climb`, `duel` or `mini`, the
 //! default; `Config::switch`).
 //! Each line has the mean live bytes (`mean_bytes`) beside the mean
@@ -113,6 +115,7 @@ fn run() -> Result<(), String> {
     let mut fifo_cleaner = false;
     let mut queues = false;
     let mut keep_window_hits = false;
+    let mut head_window = false;
     let mut switch = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -146,6 +149,7 @@ fn run() -> Result<(), String> {
             "--fifo-cleaner" => fifo_cleaner = true,
             "--queues" => queues = true,
             "--keep-window-hits" => keep_window_hits = true,
+            "--head-window" => head_window = true,
             "--switch" => {
                 let v = arg(&mut it, "--switch")?;
                 switch = Some(
@@ -284,6 +288,12 @@ fn run() -> Result<(), String> {
                 cfg.counter_max = c;
             }
             cfg.keep_window_hits |= keep_window_hits;
+            if head_window {
+                if !queues || policy != Policy::WTinyLfuSwitch {
+                    return Err("--head-window: wtinylfu-switch with --queues only".into());
+                }
+                cfg.head_window = true;
+            }
             if let Some(m) = switch {
                 cfg.switch = m;
             }

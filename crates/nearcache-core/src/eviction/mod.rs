@@ -98,6 +98,10 @@
 //! counter (so a window entry hit before its duel is spared once by the
 //! main hand, as SIEVE spares a new entry hit before the hand reaches it);
 //! by default the counter goes to the sketch and is cleared.
+//! `Config::head_window` (`WTinyLfuSwitch` with `queues`): the window is
+//! the head segment of the engine's shard, judged when full, its older
+//! half at a time (`ArenaShard::judge_head`), room being made by the
+//! main hand alone.
 //!
 //! The arena is entry-granular (a compaction frees `free_percent` and
 //! slides the survivors down) or, with `Config::segments`, made of fixed
@@ -469,6 +473,10 @@ pub struct Config {
     pub keep_window_hits: bool,
     /// How `WTinyLfuSwitch` chooses its admission mode.
     pub switch: Switch,
+    /// `WTinyLfuSwitch` with `queues`: the window is the head segment,
+    /// judged when it fills rather than one candidate at a time as it
+    /// overflows (see `ArenaShard::judge_head`).
+    pub head_window: bool,
 }
 
 impl Config {
@@ -520,6 +528,7 @@ impl Config {
             queues: false,
             keep_window_hits: policy == Policy::WTinyLfuSwitch,
             switch: Switch::Mini,
+            head_window: false,
         }
     }
 }
@@ -1073,6 +1082,9 @@ impl ArenaShard {
                 self.evict_one();
             }
         }
+        if self.cfg.head_window && self.small_items >= self.head_entries() {
+            self.judge_head();
+        }
         if self.seg_cap > 0 {
             if !self.segment_room(size) {
                 return; // larger than a segment: refused
@@ -1315,8 +1327,77 @@ impl ArenaShard {
         }
     }
 
+    /// `Config::head_window`: the head segment is full. Its older half is
+    /// judged, oldest first, as the engine would judge the head before
+    /// sealing it: an entry hit since it came in joins the main part with
+    /// its counter; an unhit one joins it if the mode admits it anyway or
+    /// while the main part has room, or else duels the main hand's victim:
+    /// the winner stays, the loser goes at once. The newer half stays in the head, so
+    /// every entry spends between a half and a whole head in the window.
+    fn judge_head(&mut self) {
+        self.compactions += 1;
+        let mut judge = self.small_items.div_ceil(2);
+        while judge > 0 {
+            judge -= 1;
+            let Some(c) = self.next_from(self.small_hand, Some(true)) else { return };
+            self.small_hand = c + 1;
+            let cand = self.arena[c];
+            // While the main part has room beside a full head (the cache
+            // is filling), a candidate joins it freely.
+            let main_room = self.items - self.small_items
+                < self.max_items.saturating_sub(self.head_entries())
+                && self.bytes - self.small_bytes + cand.size
+                    <= self
+                        .cap_bytes
+                        .saturating_sub((self.cap_bytes as f64 * self.window_share()) as u64);
+            if cand.freq > 0 || main_room || self.admits_anyway(cand.hash) {
+                self.promote(c);
+                continue;
+            }
+            // The victim is the main hand's: it clears (and counts in the
+            // sketch) the hit entries it passes, as the conveyor does, and
+            // stays at the victim while candidates lose to it.
+            let victim = self.main_victim(Some(false), false);
+            let fc = self.sketch.estimate(cand.hash);
+            match victim {
+                Some(v)
+                    if fc
+                        > self
+                            .sketch
+                            .estimate(self.arena[v].hash)
+                            .saturating_add(self.cfg.admit_margin) =>
+                {
+                    self.drop_entry(v, false);
+                    self.hand = v + 1;
+                    self.promote(c);
+                }
+                _ => {
+                    self.sketch.add(cand.hash, cand.freq);
+                    self.drop_entry(c, false);
+                }
+            }
+        }
+    }
+
+    /// `Config::head_window`: the entries a full head holds.
+    fn head_entries(&self) -> u64 {
+        ((self.max_items as f64 * self.window_share()) as u64).max(1)
+    }
+
     /// Choose one victim and mark it evicted.
     fn evict_one(&mut self) {
+        if self.cfg.head_window {
+            // Room is made by the main hand (the conveyor) alone; the head
+            // is judged when it fills.
+            if let Some(v) = self.main_victim(Some(false), false) {
+                self.drop_entry(v, false);
+                self.hand = v + 1;
+            } else if let Some(c) = self.next_from(self.small_hand, Some(true)) {
+                self.drop_entry(c, false);
+                self.small_hand = c + 1;
+            }
+            return;
+        }
         match self.cfg.policy {
             Policy::Sieve => {
                 if let Some(v) = self.main_victim(None, false) {

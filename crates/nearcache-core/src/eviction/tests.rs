@@ -617,3 +617,35 @@ fn miniature_simulation_picks_the_better_mode() {
         assert!((strict - lenient).abs() > 0.03, "{name}: the modes do not differ");
     }
 }
+
+/// The window as the engine's head segment would hold it
+/// (`Config::head_window`): 4% of the entries, judged when full, its older
+/// half at a time. Pinned strict it keeps a loop larger than the cache at
+/// least as well as the FIFO window one candidate at a time, and with the
+/// miniatures choosing it does as well as the better mode on a loop and
+/// on a shifting working set.
+#[test]
+fn head_window_keeps_loops_and_follows_shifts() {
+    let ratio = |sw: Switch, head: bool, trace: &[(u64, u64)]| {
+        let mut c = Config::new(Policy::WTinyLfuSwitch, 4_000);
+        c.queues = true;
+        c.window_percent = 4;
+        c.head_window = head;
+        c.switch = sw;
+        replay(c, trace.iter().copied()).hit_ratio()
+    };
+    let looped: Vec<(u64, u64)> = (0..200_000u64).map(|i| (i % 5_000, 1)).collect();
+    let fifo = ratio(Switch::Strict, false, &looped);
+    let head = ratio(Switch::Strict, true, &looped);
+    eprintln!("loop, strict: FIFO window {fifo}, head window {head}");
+    assert!(head > fifo - 0.01, "the head window lost the loop: {head} against {fifo}");
+    let shift = unit(&shifting_trace(5, 200_000, 8_000));
+    for (name, trace) in [("loop", &looped), ("shifting", &shift)] {
+        let strict = ratio(Switch::Strict, true, trace);
+        let lenient = ratio(Switch::Lenient, true, trace);
+        let mini = ratio(Switch::Mini, true, trace);
+        eprintln!("{name}, head window: strict {strict}, lenient {lenient}, mini {mini}");
+        let better = strict.max(lenient);
+        assert!(mini > better - 0.01, "{name}: mini {mini}, the better mode {better}");
+    }
+}
