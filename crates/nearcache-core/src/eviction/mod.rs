@@ -1332,8 +1332,9 @@ impl ArenaShard {
     /// sealing it: an entry hit since it came in joins the main part with
     /// its counter; an unhit one joins it if the mode admits it anyway or
     /// while the main part has room, or else duels the main hand's victim:
-    /// the winner stays, the loser goes at once. The newer half stays in the head, so
-    /// every entry spends between a half and a whole head in the window.
+    /// the winner stays, the loser goes at once. The newer half stays in
+    /// the head, so every entry spends between a half and a whole head in
+    /// the window.
     fn judge_head(&mut self) {
         self.compactions += 1;
         let mut judge = self.small_items.div_ceil(2);
@@ -1371,10 +1372,7 @@ impl ArenaShard {
                     self.hand = v + 1;
                     self.promote(c);
                 }
-                _ => {
-                    self.sketch.add(cand.hash, cand.freq);
-                    self.drop_entry(c, false);
-                }
+                _ => self.drop_entry(c, false),
             }
         }
     }
