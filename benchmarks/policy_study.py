@@ -28,7 +28,8 @@ public real traces it fetches) through
   (``/climb``), by set dueling (``/duel``) or by miniature simulation
   (``/mini``, and ``/mini-w4`` with a 4% window), and with the window as
   the engine's head segment would hold it (``/head``: 4%, judged when full,
-  its older half at a time; ``/head-strict``; ``/head-w8``: 8%);
+  its older half at a time; ``/head-strict``; ``/head-w8``: 8%;
+  ``/head-counted``: the miniatures learn hits through the hit counters);
 - libCacheSim's LRU, SIEVE, S3-FIFO, W-TinyLFU, ARC, LIRS and Belady;
 
 all at the same mean entry count: the candidates' item limit is set so that
@@ -115,6 +116,11 @@ RUNS: tuple[tuple[str, list[str], str | None], ...] = (
         "wtinylfu-switch",
     ),
     ("/head-w8", ["--queues", "--head-window", "--window", "8"], "wtinylfu-switch"),
+    (
+        "/head-counted",
+        ["--queues", "--head-window", "--window", "4", "--mini-counted-hits"],
+        "wtinylfu-switch",
+    ),
 )
 #: The two pinned modes of ``wtinylfu-switch``: the goals table also counts
 #: the better of the two per row, what a perfect chooser would reach.
@@ -262,7 +268,8 @@ def markdown(rows: list[dict[str, Any]], command: str) -> str:
         "lately; `/mini-w4` the same with a 4% window, about the head segment of a 24-segment "
         "shard; `/head` the window as the engine's head segment would be one, 4% of the "
         "entries judged when full, its older half at a time, `/head-strict` so pinned strict, "
-        "`/head-w8` with an 8% head, a 12-segment shard's). `/seg8`: the "
+        "`/head-w8` with an 8% head, a 12-segment shard's, `/head-counted` with the "
+        "miniatures learning hits only through the shard's hit counters). `/seg8`: the "
         "segment-granular "
         "arena, 8 segments a shard: SIEVE decides whole groups of segments at one hand; the "
         "W-TinyLFU policies evict one entry at a time with their own hands, keeping the live "

@@ -31,7 +31,9 @@
 //! `--keep-window-hits`: a promoted window candidate keeps its hit counter
 //! (`Config::keep_window_hits`); `--head-window` (`wtinylfu-switch` with
 //! `--queues`): the window is the head segment, judged when full
-//! (`Config::head_window`); `--switch MODE`: how `wtinylfu-switch`
+//! (`Config::head_window`); `--mini-counted-hits`: the miniatures learn
+//! hits through the hit counters only (`Config::mini_counted_hits`);
+//! `--switch MODE`: how `wtinylfu-switch`
 //! chooses its admission (`strict`, `lenient`, `climb`, `duel` or `mini`, the
 //! default; `Config::switch`).
 //! Each line has the mean live bytes (`mean_bytes`) beside the mean
@@ -116,6 +118,7 @@ fn run() -> Result<(), String> {
     let mut queues = false;
     let mut keep_window_hits = false;
     let mut head_window = false;
+    let mut mini_counted_hits = false;
     let mut switch = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -150,6 +153,7 @@ fn run() -> Result<(), String> {
             "--queues" => queues = true,
             "--keep-window-hits" => keep_window_hits = true,
             "--head-window" => head_window = true,
+            "--mini-counted-hits" => mini_counted_hits = true,
             "--switch" => {
                 let v = arg(&mut it, "--switch")?;
                 switch = Some(
@@ -288,6 +292,7 @@ fn run() -> Result<(), String> {
                 cfg.counter_max = c;
             }
             cfg.keep_window_hits |= keep_window_hits;
+            cfg.mini_counted_hits = mini_counted_hits;
             if head_window {
                 if !queues || policy != Policy::WTinyLfuSwitch {
                     return Err("--head-window: wtinylfu-switch with --queues only".into());

@@ -477,6 +477,12 @@ pub struct Config {
     /// judged when it fills rather than one candidate at a time as it
     /// overflows (see `ArenaShard::judge_head`).
     pub head_window: bool,
+    /// `Switch::Mini`: the miniatures learn a sampled key's hits only
+    /// through the shard's hit counters, as the engine could without a
+    /// write per hit: a miss is replayed at once (the set holds the lock),
+    /// a hit when the main hand clears the entry's counter (as many as the
+    /// counter holds, at most `counter_max`).
+    pub mini_counted_hits: bool,
 }
 
 impl Config {
@@ -529,6 +535,7 @@ impl Config {
             keep_window_hits: policy == Policy::WTinyLfuSwitch,
             switch: Switch::Mini,
             head_window: false,
+            mini_counted_hits: false,
         }
     }
 }
@@ -834,21 +841,8 @@ impl ArenaShard {
         if self.cfg.policy == Policy::WTinyLfuSwitch && self.cfg.switch == Switch::Climb {
             self.climb_mode(hit);
         }
-        if let Some(minis) = self.minis.as_mut() {
-            let m = &mut self.mode;
-            if (key_hash(key) >> 32) % m.sample == 0 {
-                for (i, mini) in minis.iter_mut().enumerate() {
-                    m.mini_hits[i] += mini.access(key, size) as u64;
-                }
-                m.mini_requests += 1;
-                if m.mini_requests >= MINI_DECAY * minis[0].max_items {
-                    m.mini_requests = 0;
-                    m.mini_hits = m.mini_hits.map(|h| h / 2);
-                }
-                if m.mini_hits[0] != m.mini_hits[1] {
-                    m.lenient = m.mini_hits[1] > m.mini_hits[0];
-                }
-            }
+        if !(hit && self.cfg.mini_counted_hits) {
+            self.feed_minis(key, size, 1);
         }
         if self.cfg.policy.adaptive_aging() {
             self.age_sample();
@@ -935,6 +929,30 @@ impl ArenaShard {
             self.lenience = toward(self.lenience + delta / c, 0.0, 1.0);
         } else {
             self.win_target = toward(self.win_target + delta, lo, hi);
+        }
+    }
+
+    /// `Switch::Mini`: replay `requests` requests for `key` through the
+    /// miniatures if the key is sampled, and take the mode of the one with
+    /// more hits lately.
+    fn feed_minis(&mut self, key: u64, size: u64, requests: u32) {
+        let Some(minis) = self.minis.as_mut() else { return };
+        let m = &mut self.mode;
+        if (key_hash(key) >> 32) % m.sample != 0 {
+            return;
+        }
+        for _ in 0..requests {
+            for (i, mini) in minis.iter_mut().enumerate() {
+                m.mini_hits[i] += mini.access(key, size) as u64;
+            }
+            m.mini_requests += 1;
+            if m.mini_requests >= MINI_DECAY * minis[0].max_items {
+                m.mini_requests = 0;
+                m.mini_hits = m.mini_hits.map(|h| h / 2);
+            }
+        }
+        if m.mini_hits[0] != m.mini_hits[1] {
+            m.lenient = m.mini_hits[1] > m.mini_hits[0];
         }
     }
 
@@ -1289,13 +1307,16 @@ impl ArenaShard {
             } else {
                 let n = e.freq;
                 e.freq = 0;
-                let h = e.hash;
+                let (h, key, size) = (e.hash, e.key, e.size);
                 if self.cfg.queues {
                     // The main conveyor copies the survivor down.
                     self.seg_copied += e.size;
                 }
                 if self.cfg.policy.counter_feed() {
                     self.sketch.add(h, n);
+                }
+                if self.cfg.mini_counted_hits {
+                    self.feed_minis(key, size, n as u32);
                 }
             }
             i += 1;

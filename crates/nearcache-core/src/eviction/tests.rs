@@ -649,3 +649,22 @@ fn head_window_keeps_loops_and_follows_shifts() {
         assert!(mini > better - 0.01, "{name}: mini {mini}, the better mode {better}");
     }
 }
+
+/// Miniatures that learn a sampled key's hits only through the shard's hit
+/// counters (`Config::mini_counted_hits`: a miss at once, hits when the
+/// main hand clears the counter, at most three) still choose the strict
+/// mode on a loop, where a hit-less lenient miniature has nothing to count.
+#[test]
+fn miniatures_fed_by_the_counters_keep_a_loop() {
+    let mut c = Config::new(Policy::WTinyLfuSwitch, 4_000);
+    c.queues = true;
+    c.window_percent = 4;
+    c.head_window = true;
+    c.mini_counted_hits = true;
+    let looped: Vec<(u64, u64)> = (0..200_000u64).map(|i| (i % 5_000, 1)).collect();
+    let counted = replay(c, looped.iter().copied()).hit_ratio();
+    c.switch = Switch::Strict;
+    let strict = replay(c, looped.iter().copied()).hit_ratio();
+    eprintln!("loop: strict {strict}, miniatures fed by the counters {counted}");
+    assert!(counted > strict - 0.01, "{counted} against strict {strict}");
+}
