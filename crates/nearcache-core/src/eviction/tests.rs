@@ -530,8 +530,9 @@ fn a_ghost_floor_counts_window_ghost_hits_within_its_share() {
 /// window does (the loop's keys come back too late to loosen it), and on a
 /// shifting working set its ghosts do loosen it. That does not buy the
 /// hit ratio back (measured: lenient 0.385, fixed window 0.414, SIEVE
-/// 0.460, lenience up to 0.80): the losers admitted are a random part, not
-/// the recent part, which is why the study keeps the adaptive window.
+/// 0.460, lenience up to 0.80). Round six found why: a promoted candidate's
+/// hit counter was cleared, so even fully lenient it was SIEVE with its
+/// newest hits forgotten (`switch_modes_cover_shifts_and_loops`).
 #[test]
 fn lenient_admission_holds_loops_and_loosens_on_shifts() {
     let ratio = |p: Policy, trace: &[(u64, u64)]| {
