@@ -224,6 +224,12 @@ def goals(row: dict[str, Any], policy: str) -> tuple[float, float, float | None]
     return lru, fam, best
 
 
+def meets_all(margins: tuple[float, float, float | None]) -> bool:
+    """Whether a row's margins (``goals``) meet every goal that applies."""
+    lru, fam, best = margins
+    return lru >= 0 and fam >= 0 and (best is None or best >= 0)
+
+
 def markdown(rows: list[dict[str, Any]], command: str) -> str:
     names = list(rows[0]["hit_ratio"])
     out = [
@@ -324,7 +330,7 @@ def markdown(rows: list[dict[str, Any]], command: str) -> str:
                 return "-"
             return f"{sum(1 for x in v if x >= 0)}/{len(v)} ({min(v):+.3f})"
 
-        every = sum(1 for x in g if x[0] >= 0 and x[1] >= 0 and (x[2] is None or x[2] >= 0))
+        every = sum(1 for x in g if meets_all(x))
         out.append(f"| {n} | {cell(lru)} | {cell(fam)} | {cell(best)} | {every}/{len(g)} |")
     if all(m in names for m in EITHER_MODE):
         met = 0
@@ -332,7 +338,7 @@ def markdown(rows: list[dict[str, Any]], command: str) -> str:
             h = dict(r["hit_ratio"])
             h["either"] = max(h[m] for m in EITHER_MODE)
             x = goals({**r, "hit_ratio": h}, "either")
-            met += x[0] >= 0 and x[1] >= 0 and (x[2] is None or x[2] >= 0)
+            met += meets_all(x)
         out.append(
             f"| the better of {' and '.join(EITHER_MODE)} per row (a perfect chooser) "
             f"| | | | {met}/{len(rows)} |"

@@ -89,10 +89,13 @@
 //!   candidate admitted: SIEVE behind a FIFO window). `Config::switch`
 //!   pins a mode or picks how the mode is chosen ([`Switch`]): a
 //!   two-state climber that tries the other mode for one sample every few
-//!   and keeps it if its hit ratio was higher, or set dueling (DIP's,
+//!   and keeps it if its hit ratio was higher; set dueling (DIP's,
 //!   Qureshi et al., ISCA '07): a thirty-second of the keys, by hash, is
 //!   always judged strictly, another always leniently, and the rest follow
-//!   whichever of the two missed less lately.
+//!   whichever of the two missed less lately; or, the default, miniature
+//!   simulation (Waldspurger et al., ATC '17): a thirty-second of the keys
+//!   replayed through a strict and a lenient shard 32 times smaller, the
+//!   shard taking the mode of the one with more hits lately.
 //!
 //! `Config::keep_window_hits`: a promoted window candidate keeps its hit
 //! counter (so a window entry hit before its duel is spared once by the
@@ -611,11 +614,10 @@ pub struct ArenaShard {
     after_bytes: u64,
     after_items: u64,
     /// The adaptive window: its share in hundredths of a percent, and the
-    /// hill climber's state (requests and hits of the sample under way,
-    /// the previous sample's hit ratio, the step, signed).
+    /// hill climber's state (the sample under way, the previous sample's
+    /// hit ratio, the step, signed).
     window_bp: i64,
-    climb_requests: u64,
-    climb_hits: u64,
+    climb_sample: HitSample,
     climb_prev: f64,
     climb_step: i64,
     /// The ghost-adaptive window: its target in entries, the ghosts of
@@ -669,8 +671,7 @@ pub struct ArenaShard {
 struct ModeState {
     lenient: bool,
     trying: bool,
-    requests: u64,
-    hits: u64,
+    sample_under_way: HitSample,
     /// The hit ratio of the last sample in the kept mode.
     base: f64,
     /// Samples in the kept mode since the last try.
@@ -683,6 +684,28 @@ struct ModeState {
     sample: u64,
     mini_hits: [u64; 2],
     mini_requests: u64,
+}
+
+/// The requests and hits of a climber's sample under way.
+#[derive(Clone, Copy, Debug, Default)]
+struct HitSample {
+    requests: u64,
+    hits: u64,
+}
+
+impl HitSample {
+    /// Count one request; at the `len`th, the sample's hit ratio (and the
+    /// next sample starts).
+    fn record(&mut self, hit: bool, len: u64) -> Option<f64> {
+        self.requests += 1;
+        self.hits += hit as u64;
+        if self.requests < len {
+            return None;
+        }
+        let ratio = self.hits as f64 / self.requests as f64;
+        *self = HitSample::default();
+        Some(ratio)
+    }
 }
 
 /// The 64-bit hash of a key id (splitmix64): what the engine's xxh3 gives.
@@ -749,8 +772,7 @@ impl ArenaShard {
             after_bytes: 0,
             after_items: 0,
             window_bp: cfg.window_percent as i64 * 100,
-            climb_requests: 0,
-            climb_hits: 0,
+            climb_sample: HitSample::default(),
             climb_prev: -1.0,
             climb_step: 625,
             win_target: max_items as f64 * cfg.window_percent as f64 / 100.0,
@@ -960,14 +982,9 @@ impl ArenaShard {
     /// in the other, which is kept if it did better.
     fn climb_mode(&mut self, hit: bool) {
         let m = &mut self.mode;
-        m.requests += 1;
-        m.hits += hit as u64;
-        if m.requests < SWITCH_SAMPLE * self.max_items {
+        let Some(ratio) = m.sample_under_way.record(hit, SWITCH_SAMPLE * self.max_items) else {
             return;
-        }
-        let ratio = m.hits as f64 / m.requests as f64;
-        m.requests = 0;
-        m.hits = 0;
+        };
         if m.trying {
             m.trying = false;
             m.kept = 0;
@@ -1026,14 +1043,9 @@ impl ArenaShard {
     /// seen under the lock; hits through the per-CPU hit counters the
     /// engine already keeps).
     fn climb(&mut self, hit: bool) {
-        self.climb_requests += 1;
-        self.climb_hits += hit as u64;
-        if self.climb_requests < CLIMB_SAMPLE * self.max_items {
+        let Some(ratio) = self.climb_sample.record(hit, CLIMB_SAMPLE * self.max_items) else {
             return;
-        }
-        let ratio = self.climb_hits as f64 / self.climb_requests as f64;
-        self.climb_requests = 0;
-        self.climb_hits = 0;
+        };
         if self.climb_prev >= 0.0 {
             let delta = ratio - self.climb_prev;
             if delta < 0.0 {
@@ -1526,7 +1538,7 @@ impl ArenaShard {
                         self.remember(v, false);
                         self.drop_entry(v, false);
                         self.hand = v + 1;
-                        if !self.cfg.keep_window_hits {
+                        if !kept {
                             self.arena[c].freq = 0;
                         }
                         self.promote(c);

@@ -55,6 +55,12 @@ fn random_trace(seed: u64, len: usize, space: u64) -> Vec<u64> {
     out
 }
 
+/// `len` requests cycling through `keys` keys in order, each of size 1: a
+/// loop, larger than the cache in the tests that use it.
+fn looped_trace(len: u64, keys: u64) -> Vec<(u64, u64)> {
+    (0..len).map(|i| (i % keys, 1)).collect()
+}
+
 fn unit(trace: &[u64]) -> Vec<(u64, u64)> {
     trace.iter().map(|&k| (k, 1)).collect()
 }
@@ -185,7 +191,7 @@ fn ghost_window_follows_shifts_and_holds_loops() {
     assert!(ghost > fixed + 0.1, "ghost {ghost} vs fixed window {fixed}");
     assert!(ghost > sieve + 0.05, "ghost {ghost} vs SIEVE {sieve}");
     assert!(ghost > lru_ratio - 0.06, "ghost {ghost} vs LRU {lru_ratio}");
-    let looped: Vec<(u64, u64)> = (0..60_000u64).map(|i| (i % 1_250, 1)).collect();
+    let looped = looped_trace(60_000, 1_250);
     let r = ratio(Policy::WTinyLfuGhost, &looped);
     assert!(r > 0.65, "loop: {r}");
 }
@@ -307,7 +313,7 @@ fn limit_for_mean_finds_the_limit_holding_the_mean() {
 /// just before its reuse; the frequency policies keep a fixed part.
 #[test]
 fn a_loop_larger_than_the_cache() {
-    let trace: Vec<(u64, u64)> = (0..60_000u64).map(|i| (i % 1_250, 1)).collect();
+    let trace = looped_trace(60_000, 1_250);
     let ratio = |p| replay(Config::new(p, 1_000), trace.iter().copied()).hit_ratio();
     let sieve = ratio(Policy::Sieve);
     assert!(sieve < 0.05, "{sieve}");
@@ -540,7 +546,7 @@ fn lenient_admission_holds_loops_and_loosens_on_shifts() {
         c.free_percent = 2;
         replay(c, trace.iter().copied()).hit_ratio()
     };
-    let looped: Vec<(u64, u64)> = (0..60_000u64).map(|i| (i % 1_250, 1)).collect();
+    let looped = looped_trace(60_000, 1_250);
     let r = ratio(Policy::WTinyLfuLenient, &looped);
     assert!(r > 0.65, "loop: {r}");
     let shift = unit(&shifting_trace(5, 60_000, 2_000));
@@ -585,7 +591,7 @@ fn switch_modes_cover_shifts_and_loops() {
     eprintln!("shifting: SIEVE {sieve}, lenient with counters kept {kept}, cleared {cleared}");
     assert!(kept >= sieve - 0.005, "lenient {kept} below SIEVE {sieve}");
     assert!(cleared < kept, "clearing the counters cost nothing ({cleared} vs {kept})");
-    let looped: Vec<(u64, u64)> = (0..60_000u64).map(|i| (i % 1_250, 1)).collect();
+    let looped = looped_trace(60_000, 1_250);
     let strict = ratio(Switch::Strict, true, &looped);
     let lenient = ratio(Switch::Lenient, true, &looped);
     eprintln!("loop: strict {strict}, lenient {lenient}");
@@ -606,7 +612,7 @@ fn miniature_simulation_picks_the_better_mode() {
         c.switch = sw;
         replay(c, trace.iter().copied()).hit_ratio()
     };
-    let looped: Vec<(u64, u64)> = (0..200_000u64).map(|i| (i % 5_000, 1)).collect();
+    let looped = looped_trace(200_000, 5_000);
     let shift = unit(&shifting_trace(5, 200_000, 8_000));
     for (name, trace) in [("loop", &looped), ("shifting", &shift)] {
         let strict = ratio(Switch::Strict, trace);
@@ -635,7 +641,7 @@ fn head_window_keeps_loops_and_follows_shifts() {
         c.switch = sw;
         replay(c, trace.iter().copied()).hit_ratio()
     };
-    let looped: Vec<(u64, u64)> = (0..200_000u64).map(|i| (i % 5_000, 1)).collect();
+    let looped = looped_trace(200_000, 5_000);
     let fifo = ratio(Switch::Strict, false, &looped);
     let head = ratio(Switch::Strict, true, &looped);
     eprintln!("loop, strict: FIFO window {fifo}, head window {head}");
@@ -662,7 +668,7 @@ fn miniatures_fed_by_the_counters_keep_a_loop() {
     c.window_percent = 4;
     c.head_window = true;
     c.mini_counted_hits = true;
-    let looped: Vec<(u64, u64)> = (0..200_000u64).map(|i| (i % 5_000, 1)).collect();
+    let looped = looped_trace(200_000, 5_000);
     let counted = replay(c, looped.iter().copied()).hit_ratio();
     c.switch = Switch::Strict;
     let strict = replay(c, looped.iter().copied()).hit_ratio();
