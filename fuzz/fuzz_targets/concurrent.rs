@@ -81,10 +81,11 @@ fn scribble(raws: &[Raw]) {
             let g = &raw.geo;
             let shard = (next() as usize) % g.shard_count;
             let base = HEADER_SIZE + shard * g.shard_size;
-            let off = match next() % 4 {
+            let off = match next() % 5 {
                 0 => 8 + 8 * (next() as usize % ((SHARD_HEADER_SIZE - 8) / 8)),
                 1 => g.index_offset() + 8 * (next() as usize % g.slots_per_shard),
                 2 => g.segment_table_offset() + 8 * (next() as usize % g.segments().0),
+                3 => g.policy_body_offset() + 8 * (next() as usize % (g.policy_size() / 8)),
                 _ => g.arena_offset() + 8 * (next() as usize % (g.arena_size() / 8)),
             };
             if off == sh::MAGIC {

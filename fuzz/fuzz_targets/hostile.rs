@@ -93,11 +93,14 @@ fn poke(t: &Target, input: &mut Input<'_>) {
     let index_len = geo.slots_per_shard * 8;
     let arena_off = geo.arena_offset();
     let table_len = geo.index_offset() - geo.segment_table_offset();
-    let (start, span) = match input.u8() % 5 {
+    let (start, span) = match input.u8() % 6 {
         0 => (MUTEX_BYTES, SHARD_HEADER_SIZE - MUTEX_BYTES),
         1 => (geo.index_offset(), index_len),
         2 => (arena_off, 512.min(geo.shard_size - arena_off)),
+        // The segment table and the policy header after it.
         3 => (geo.segment_table_offset(), table_len),
+        // The policy body: sketch and miniatures.
+        4 => (geo.policy_body_offset(), geo.policy_size()),
         _ => (MUTEX_BYTES, geo.shard_size - MUTEX_BYTES),
     };
     let off = start + (input.u16() as usize % span);

@@ -188,6 +188,16 @@ class NativeCache:
         """Total file size in bytes."""
     @property
     def shard_count(self) -> int: ...
+    def eviction_mode(self) -> str:
+        """How the shards choose their admission mode: "adaptive" (the
+        default: each shard runs the mode its miniature caches do better
+        with), "strict" (a new entry must win its place: resists loops and
+        scans) or "lenient" (SIEVE: every new entry admitted)."""
+    def set_eviction_mode(self, mode: str) -> None:
+        """Pin the admission mode of every shard (kept in the file, for
+        every process); ``InvalidArgumentError`` for another mode."""
+    def strict_shards(self) -> int:
+        """How many shards admit new entries strictly now."""
     @property
     def lock_timeout_ms(self) -> float:
         """Longest wait for a shard lock held by another process."""

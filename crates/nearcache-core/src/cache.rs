@@ -36,14 +36,14 @@ use crate::hash::{hash_key, shard_of};
 use crate::layout::{entry_size, fh, Geometry, FLAG_SPILLED, GROW_CHUNK, HEADER_SIZE, MAX_KEY_LEN};
 use crate::resize::{self, Owner, Record};
 use crate::shard::{
-    self as shard_mod, CasOutcome, Entry0, EntryRef, Now, SetMode, Shard, ShardGuard,
+    self as shard_mod, CasOutcome, Entry0, EntryRef, EvictionMode, Now, SetMode, Shard, ShardGuard,
 };
 use crate::spill::{Publishing, Refusal, SpillDir, SpillRef, SweepReport, REF_LEN, SWEEP_GRACE};
 use crate::stats::ShardStats;
 use std::collections::HashSet;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// Flag value the engine uses for 64-bit counters (little-endian i64).
@@ -149,6 +149,34 @@ pub(crate) struct Store {
     fs_reserve: u64,
     /// Where the next shard gives memory back for a spilled value.
     room_hand: AtomicUsize,
+    /// This handle's sampled hits, per shard, for the shard's miniature
+    /// caches (`shard/policy.rs`): a hit is a lock-free read, so it is
+    /// kept here and replayed by this handle's next write to the shard.
+    hit_samples: Box<[HitSamples]>,
+}
+
+/// Most sampled hits a handle keeps per shard between two of its writes
+/// there (more are dropped: the miniatures see a sample of a sample).
+const HIT_SAMPLES: usize = 32;
+
+/// One shard's sampled hits in one handle (see `Store::hit_samples`).
+#[repr(align(64))]
+struct HitSamples {
+    /// The shard's sample rate (log2) as of this handle's last write there.
+    log2: AtomicU32,
+    /// Hits recorded since the last drain (may run past `HIT_SAMPLES`).
+    len: AtomicU32,
+    tags: [AtomicU32; HIT_SAMPLES],
+}
+
+impl HitSamples {
+    fn new() -> HitSamples {
+        HitSamples {
+            log2: AtomicU32::new(0),
+            len: AtomicU32::new(0),
+            tags: std::array::from_fn(|_| AtomicU32::new(0)),
+        }
+    }
 }
 
 impl std::fmt::Debug for Store {
@@ -248,6 +276,7 @@ impl Store {
             // opening costs no getpid).
             spill_hand: AtomicUsize::new(crate::lock::my_pid() as usize),
             room_hand: AtomicUsize::new(crate::lock::my_pid() as usize),
+            hit_samples: (0..geo.shard_count).map(|_| HitSamples::new()).collect(),
         };
         if first_here
             && cache.spill_budget > 0
@@ -404,7 +433,36 @@ impl Store {
     #[inline]
     fn lock_for_write<'a>(&self, shard: &'a Shard) -> Result<ShardGuard<'a>> {
         let g = shard.lock(self.lock_timeout).inspect_err(|e| self.noticed(e))?;
-        self.check_not_moved(shard, g)
+        let g = self.check_not_moved(shard, g)?;
+        self.replay_hits(shard, &g);
+        Ok(g)
+    }
+
+    /// Record a hit of the key hashed `h` if its tag is sampled (see
+    /// `hit_samples`): a load and a branch for most hits.
+    #[inline]
+    fn sample_hit(&self, h: u64) {
+        let s = &self.hit_samples[shard_of(h, self.geo.shard_count)];
+        let tag = crate::hash::tag_of(h);
+        if tag & ((1u32 << s.log2.load(Ordering::Relaxed).min(31)) - 1) != 0 {
+            return;
+        }
+        let n = s.len.fetch_add(1, Ordering::Relaxed) as usize;
+        if n < HIT_SAMPLES {
+            s.tags[n].store(tag, Ordering::Relaxed);
+        }
+    }
+
+    /// Under `shard`'s lock: replay this handle's sampled hits there.
+    #[inline]
+    fn replay_hits(&self, shard: &Shard, g: &ShardGuard<'_>) {
+        let s = &self.hit_samples[self.index_of(shard)];
+        if s.len.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let n = (s.len.swap(0, Ordering::Relaxed) as usize).min(HIT_SAMPLES);
+        let tags: Vec<u32> = s.tags[..n].iter().map(|t| t.load(Ordering::Relaxed)).collect();
+        s.log2.store(g.replay_hits(&tags), Ordering::Relaxed);
     }
 
     /// `g`, unless its shard was moved by a resize: sealed (`seq` left
@@ -593,6 +651,9 @@ impl Store {
                     hit
                 }
             };
+            if hit.is_some() {
+                self.sample_hit(h);
+            }
             match hit {
                 None => return Ok(None),
                 Some(Hit::Value(r)) => return Ok(Some(r)),
@@ -634,6 +695,9 @@ impl Store {
             });
             drop(g);
             self.reap();
+            if hit.is_some() {
+                self.sample_hit(h);
+            }
             match hit {
                 None => return Ok(None),
                 Some(Hit::Value(r)) => return Ok(Some(r)),
@@ -1351,6 +1415,34 @@ impl Store {
             }
             drop(g);
             self.reap();
+        }
+        Ok(n)
+    }
+
+    /// Pin how every shard chooses its admission mode (kept in the file:
+    /// every process attached sees it; `docs/design/engine.md`,
+    /// "Eviction").
+    pub fn set_eviction_mode(&self, mode: EvictionMode) -> Result<()> {
+        self.live()?;
+        for s in &self.shards {
+            self.lock_for_write(s)?.pin_eviction(mode);
+        }
+        Ok(())
+    }
+
+    /// The pinned admission mode (the first shard's: every shard is set
+    /// alike).
+    pub fn eviction_mode(&self) -> Result<EvictionMode> {
+        self.live()?;
+        Ok(self.lock_for_write(&self.shards[0])?.eviction_mode())
+    }
+
+    /// How many shards admit new entries strictly now.
+    pub fn strict_shards(&self) -> Result<usize> {
+        self.live()?;
+        let mut n = 0;
+        for s in &self.shards {
+            n += self.lock_for_write(s)?.runs_strict() as usize;
         }
         Ok(n)
     }
@@ -2206,6 +2298,11 @@ impl Cache {
         let opts = OpenOptions { size: Some(size), shards, create: true, ..self.opts.clone() };
         let seed = node.store.geometry().seed;
         let new = Arc::new(Store::open_as(&temp, &self.path, &opts, Some((id, seed)))?);
+        // The new file keeps the pinned admission mode (best effort: a
+        // shard that cannot be locked now keeps the default).
+        if let Ok(mode) = node.store.eviction_mode() {
+            let _ = new.set_eviction_mode(mode);
+        }
         let Owner::Taken(owner) = resize::take_owner(&temp)? else {
             let _ = std::fs::remove_file(&temp);
             return Err(Error::io(
@@ -2548,6 +2645,24 @@ impl Cache {
             n += self.delete(k.as_ref())? as usize;
         }
         Ok(n)
+    }
+
+    /// Pin how every shard chooses its admission mode: `Adaptive` (the
+    /// default: each shard runs the mode its miniature caches do better
+    /// with), `Strict` (frequency-aware admission: resists loops and
+    /// scans) or `Lenient` (SIEVE). Kept in the file, for every process.
+    pub fn set_eviction_mode(&self, mode: EvictionMode) -> Result<()> {
+        self.whole(|s| s.set_eviction_mode(mode))
+    }
+
+    /// The pinned admission mode.
+    pub fn eviction_mode(&self) -> Result<EvictionMode> {
+        self.whole(|s| s.eviction_mode())
+    }
+
+    /// How many shards admit new entries strictly now.
+    pub fn strict_shards(&self) -> Result<usize> {
+        self.whole(|s| s.strict_shards())
     }
 
     /// Remove every entry (and every spilled value's file).

@@ -57,8 +57,12 @@ pub const MAGIC: [u8; 8] = *b"NEARCACH";
 /// conveyor frees a segment that holds none without reading it: an older
 /// engine would leave the counts stale. Version 12: segments of 72 KiB at
 /// least (were 96) and twelve of them at least in a segmented arena (were
-/// eight): the same file size has another segment geometry.
-pub const LAYOUT_VERSION: u32 = 12;
+/// eight): the same file size has another segment geometry. Version 13:
+/// a policy region between the segment table and the index (a frequency
+/// sketch and two miniature caches, `shard/policy.rs`), and an eviction
+/// that judges new entries against the sketch when the shard runs in its
+/// strict mode: an older engine would evict without feeding the sketch.
+pub const LAYOUT_VERSION: u32 = 13;
 /// Size of the file header; shards start here, page-aligned.
 pub const HEADER_SIZE: usize = 4096;
 /// Shard sizes are multiples of this.
@@ -458,14 +462,47 @@ impl Geometry {
         ((self.shard_size / MIN_SEGMENT_SIZE).max(1) * SEGMENT_WORDS * 8).next_multiple_of(64)
     }
 
+    /// Offset of the policy header inside a shard (`shard/policy.rs`):
+    /// 64 bytes after the segment table, in the prefix a lazy shard
+    /// reserves first.
+    pub fn policy_offset(&self) -> usize {
+        self.segment_table_offset() + self.segment_table_size()
+    }
+
+    /// The policy region's parts: counters per row of the frequency
+    /// sketch (a power of two: an eighth of the index slots, 64 to 65,536)
+    /// and records per miniature cache (a power of two: an eighth of the
+    /// index's load limit, 64 to 512).
+    pub fn policy_parts(&self) -> (usize, usize) {
+        let sketch = (self.slots_per_shard / 8).next_power_of_two().clamp(64, 1 << 16);
+        let minis = (self.slots_per_shard * 3 / 4 / 8).next_power_of_two().clamp(64, 512);
+        (sketch, minis)
+    }
+
+    /// Bytes of the policy body: the sketch (four rows of 4-bit counters)
+    /// and two miniatures (a 64-byte header and a record of 4 bytes for
+    /// each of `minis` main and `minis / 8` window places), padded to a
+    /// cache line. A 2 MiB shard: 12.6 KiB, 0.6% of it.
+    pub fn policy_size(&self) -> usize {
+        let (sketch, minis) = self.policy_parts();
+        (4 * sketch / 2 + 2 * (64 + 4 * (minis + minis / 8))).next_multiple_of(64)
+    }
+
     /// Offset of the slot index inside a shard.
     pub fn index_offset(&self) -> usize {
-        self.segment_table_offset() + self.segment_table_size()
+        self.policy_offset() + 64
+    }
+
+    /// Offset of the policy body inside a shard: after the index, before
+    /// the arena, so that a lazy shard reserves it with its first arena
+    /// bytes (an empty shard holds none of it).
+    pub fn policy_body_offset(&self) -> usize {
+        (self.index_offset() + self.slots_per_shard * 8 + 63) & !63
     }
 
     /// Offset of the arena inside a shard.
     pub fn arena_offset(&self) -> usize {
-        (self.index_offset() + self.slots_per_shard * 8 + 63) & !63
+        self.policy_body_offset() + self.policy_size()
     }
 
     /// Segments of a shard's arena and their size: 1/32 of the arena

@@ -59,6 +59,7 @@ pub use error::{Error, Result};
 pub use file::{default_directory, OpenOptions};
 pub use layout::{FLAG_SPILLED, LAYOUT_VERSION, MAX_KEY_LEN};
 pub use shard::{
-    now_ms, set_clock_override_ms, CasOutcome, Entry0, EntryRef, SetMode, COMPACT_FREE_PERCENT,
+    now_ms, set_clock_override_ms, CasOutcome, Entry0, EntryRef, EvictionMode, SetMode,
+    COMPACT_FREE_PERCENT,
 };
 pub use stats::ShardStats;

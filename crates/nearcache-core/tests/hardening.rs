@@ -236,11 +236,28 @@ fn scribble_while_operating(shard_size: usize, shards: usize, target: usize, ops
             let header_words = (SHARD_HEADER_SIZE - 8) / 8;
             let segments = g.segments().0 as u64;
             while !stop.load(Ordering::Relaxed) {
-                let off = match rng.below(28) {
+                let off = match rng.below(31) {
                     0 => base, // the lock word (and the unused bytes after it)
                     1..=8 => base + 8 + 8 * rng.below(header_words as u64) as usize,
                     9..=16 => {
                         base + g.index_offset() + 8 * rng.below(g.slots_per_shard as u64) as usize
+                    }
+                    28..=30 => {
+                        // The policy region (sketch, miniatures, mode):
+                        // small values now and then, which pass as
+                        // lengths and cursors.
+                        let off = if rng.below(4) == 0 {
+                            base + g.policy_offset() + 8 * rng.below(8) as usize
+                        } else {
+                            base + g.policy_body_offset()
+                                + 8 * rng.below((g.policy_size() / 8) as u64) as usize
+                        };
+                        if rng.below(2) == 0 {
+                            raw.write_u64(off, rng.below(1 << 12));
+                            scribbles.fetch_add(1, Ordering::Relaxed);
+                            continue;
+                        }
+                        off
                     }
                     25..=27 => {
                         // The segment table, with words that pass its cheap

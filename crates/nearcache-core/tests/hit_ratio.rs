@@ -8,6 +8,7 @@
 mod common;
 use common::*;
 use nearcache_core::layout::entry_size;
+use nearcache_core::EvictionMode;
 use std::collections::{BTreeMap, HashMap};
 
 /// Deterministic xorshift64* generator.
@@ -93,8 +94,14 @@ fn value_len(id: u64) -> usize {
 
 /// Replay `trace` through the engine and an LRU; returns (engine, lru) hit ratios.
 fn replay(trace: &[u64], cache_size: usize, shards: usize) -> (f64, f64) {
+    replay_in(trace, cache_size, shards, EvictionMode::Adaptive)
+}
+
+/// `replay` with the shards' admission mode pinned.
+fn replay_in(trace: &[u64], cache_size: usize, shards: usize, mode: EvictionMode) -> (f64, f64) {
     let d = TempDir::new("hits");
     let c = open(&d, "c", cache_size, shards);
+    c.set_eviction_mode(mode).unwrap();
     let capacity = c.stats().unwrap().capacity_bytes as usize;
     let mut lru = Lru::new(capacity);
     let (mut eh, mut lh) = (0usize, 0usize);
@@ -171,5 +178,42 @@ fn zipf_hit_ratio_at_least_lru_in_segmented_shards() {
             "zipf(0.99) segmented size={size} shards={shards}: engine {engine:.4} lru {lru:.4}"
         );
         assert!(engine >= lru, "engine hit ratio {engine:.4} below LRU {lru:.4} at {size} bytes");
+    }
+}
+
+/// A loop over more keys than the cache holds, every key once per round.
+fn loop_trace(keys: u64, rounds: u64) -> Vec<u64> {
+    (0..rounds).flat_map(|_| 0..keys).map(|k| k.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 20).collect()
+}
+
+#[test]
+fn strict_admission_keeps_a_loop_larger_than_the_cache() {
+    // SIEVE (lenient) evicts every key of a loop before it comes back:
+    // no hits; strict admission keeps most of the cache's entries for
+    // the whole loop; the miniatures choose strict. One segment (1 MiB
+    // in one shard) and segmented shards (8 MiB in 4).
+    for (size, shards, keys) in [(1usize << 20, 1, 4_000u64), (8 << 20, 4, 40_000)] {
+        let trace = loop_trace(keys, 12);
+        let mut got = Vec::new();
+        for mode in [EvictionMode::Lenient, EvictionMode::Strict, EvictionMode::Adaptive] {
+            let (engine, lru) = replay_in(&trace, size, shards, mode);
+            println!("loop of {keys} keys, size={size} shards={shards} {mode:?}: engine {engine:.4} lru {lru:.4}");
+            got.push(engine);
+        }
+        assert!(got[0] < 0.05, "lenient keeps a loop: {got:?}");
+        assert!(got[1] > 0.4, "strict loses the loop: {got:?}");
+        assert!(got[2] > 0.8 * got[1], "the miniatures do not choose strict: {got:?}");
+    }
+}
+
+#[test]
+fn adaptive_admission_stays_at_lru_on_zipf() {
+    let trace = zipf_trace(250_000, 600_000, 11);
+    for (size, shards) in [(1usize << 20, 1), (8 << 20, 4)] {
+        for mode in [EvictionMode::Lenient, EvictionMode::Strict, EvictionMode::Adaptive] {
+            let (engine, lru) = replay_in(&trace, size, shards, mode);
+            println!("zipf size={size} shards={shards} {mode:?}: engine {engine:.4} lru {lru:.4}");
+            assert!(engine >= lru - 0.005, "{mode:?}: {engine:.4} below LRU {lru:.4}");
+        }
     }
 }

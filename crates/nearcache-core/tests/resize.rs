@@ -657,3 +657,19 @@ proptest::proptest! {
         hostile_record(word & !3 | state, &bits, plant);
     }
 }
+
+#[test]
+fn a_resize_keeps_the_pinned_eviction_mode() {
+    let d = TempDir::new("resize-mode");
+    let c = Cache::open(d.file("c"), &opts(4 << 20, 2)).unwrap();
+    assert_eq!(c.eviction_mode().unwrap(), nearcache_core::EvictionMode::Adaptive);
+    c.set_eviction_mode(nearcache_core::EvictionMode::Strict).unwrap();
+    c.set(b"k", b"v", 0, 0).unwrap();
+    c.resize(8 << 20, 4).unwrap();
+    assert_eq!(c.shard_count(), 4);
+    assert_eq!(c.eviction_mode().unwrap(), nearcache_core::EvictionMode::Strict);
+    assert_eq!(c.get(b"k").unwrap().unwrap().data, b"v");
+    // Another handle sees the pin: it is kept in the file.
+    let other = Cache::open(d.file("c"), &as_is()).unwrap();
+    assert_eq!(other.eviction_mode().unwrap(), nearcache_core::EvictionMode::Strict);
+}

@@ -11,7 +11,8 @@
 //! created, so no Python code can run while a shard is locked.
 
 use nearcache_core::{
-    keys, Cache, CasOutcome, EntryRef, Error as CoreError, OpenOptions, SetMode, FLAG_INT,
+    keys, Cache, CasOutcome, EntryRef, Error as CoreError, EvictionMode, OpenOptions, SetMode,
+    FLAG_INT,
 };
 use pyo3::exceptions::{PyKeyError, PyOverflowError, PyTypeError};
 use pyo3::prelude::*;
@@ -1113,6 +1114,40 @@ impl NativeCache {
     fn delete_many(&self, py: Python<'_>, keys: &Bound<'_, PyAny>) -> PyResult<usize> {
         let keys = collect_keys(&self.prefix, keys)?;
         self.write_outcome(py, self.inner.delete_many(&keys), 0)
+    }
+
+    /// How the file's shards choose their admission mode: "adaptive",
+    /// "strict" or "lenient".
+    fn eviction_mode(&self, py: Python<'_>) -> PyResult<&'static str> {
+        Ok(match self.inner.eviction_mode().or_py(py)? {
+            EvictionMode::Adaptive => "adaptive",
+            EvictionMode::Strict => "strict",
+            EvictionMode::Lenient => "lenient",
+        })
+    }
+
+    /// Pin the admission mode of every shard (kept in the file).
+    fn set_eviction_mode(&self, py: Python<'_>, mode: &str) -> PyResult<()> {
+        let m = match mode {
+            "adaptive" => EvictionMode::Adaptive,
+            "strict" => EvictionMode::Strict,
+            "lenient" => EvictionMode::Lenient,
+            other => {
+                return Err(raise(
+                    py,
+                    &INVALID,
+                    format!(
+                        "eviction mode must be 'adaptive', 'strict' or 'lenient', got {other:?}"
+                    ),
+                ))
+            }
+        };
+        self.inner.set_eviction_mode(m).or_py(py)
+    }
+
+    /// How many shards admit new entries strictly now.
+    fn strict_shards(&self, py: Python<'_>) -> PyResult<usize> {
+        self.inner.strict_shards().or_py(py)
     }
 
     /// Remove every entry (only this prefix's entries when a prefix is set).

@@ -169,7 +169,10 @@ impl<'a> ShardGuard<'a> {
             return false;
         }
         let a = self.shard.arena_off;
-        if self.shard.reserve(a + reserved, a + new).is_err() {
+        // The first growth reserves the policy body too (`policy.rs`): it
+        // is in use while the arena holds anything.
+        let from = if reserved == 0 { self.shard.policy_body_off } else { a + reserved };
+        if self.shard.reserve(from, a + new).is_err() {
             return false;
         }
         self.set_hdr(sh::ARENA_RESERVED, new as u64);
@@ -201,7 +204,8 @@ impl<'a> ShardGuard<'a> {
         let index_end = (self.shard.index_off + active * 8).div_ceil(PAGE);
         let mut pages = index_end;
         if reserved > 0 {
-            let from = (self.shard.arena_off / PAGE).max(index_end);
+            // The policy body is reserved with the first arena bytes.
+            let from = (self.shard.policy_body_off / PAGE).max(index_end);
             let to = (self.shard.arena_off + reserved).div_ceil(PAGE);
             pages += to.saturating_sub(from);
         }

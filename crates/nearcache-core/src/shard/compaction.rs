@@ -273,7 +273,9 @@ impl<'a> ShardGuard<'a> {
         // The items counter comes from shared memory: bound it before
         // trusting it as an allocation size.
         let items = (self.hdr(sh::ITEMS) as usize).min(active);
-        if evict && self.compact_from_hand(need, bump, reserved, active, items, t)? {
+        // Strict admission judges the window first, over the whole arena.
+        let strict = evict && self.strict();
+        if evict && !strict && self.compact_from_hand(need, bump, reserved, active, items, t)? {
             return Ok(());
         }
         self.note_examined(bump);
@@ -299,8 +301,53 @@ impl<'a> ShardGuard<'a> {
         let start = entries.iter().position(|e| e.off >= hand).unwrap_or(0);
         let mut evicted = 0u64;
         let mut idx = start;
+        let window = self.window_start();
+        // The first window entry left unjudged: the window starts there.
+        let mut unjudged = None;
+        if strict && n > 0 {
+            // The entries appended since the last compaction are the
+            // window (`policy.rs`): each unhit one meets the hand's next
+            // victim among the older entries, and one of the two goes,
+            // until the compaction has freed what it must.
+            for c in 0..n {
+                if entries[c].off < window || visited[c] || !keep[c] {
+                    continue;
+                }
+                if arena.saturating_sub(live_bytes) >= free_bytes_target && live_items <= max_items
+                {
+                    unjudged = Some(c);
+                    break;
+                }
+                let mut victim = None;
+                for _ in 0..2 * n + 1 {
+                    let i = idx;
+                    if keep[i] && entries[i].off < window {
+                        if !visited[i] {
+                            victim = Some(i);
+                            break;
+                        }
+                        visited[i] = false;
+                        self.note_hit(tags[i]);
+                    }
+                    idx = if i + 1 == n { 0 } else { i + 1 };
+                }
+                let Some(v) = victim else { break };
+                let gone = if self.wins(tags[c], tags[v]) {
+                    idx = if v + 1 == n { 0 } else { v + 1 };
+                    v
+                } else {
+                    c
+                };
+                keep[gone] = false;
+                live_bytes -= entries[gone].size;
+                live_items -= 1;
+                evicted += 1;
+                let e = entries[gone];
+                self.note_dropped(&e);
+            }
+        }
         let mut steps = 0;
-        let mut stop = start;
+        let mut stop = idx;
         while (arena.saturating_sub(live_bytes) < free_bytes_target || live_items > max_items)
             && n > 0
             && steps < 2 * n + 1
@@ -309,6 +356,7 @@ impl<'a> ShardGuard<'a> {
             if keep[idx] {
                 if visited[idx] {
                     visited[idx] = false;
+                    self.note_hit(tags[idx]);
                 } else {
                     keep[idx] = false;
                     live_bytes -= e.size;
@@ -326,6 +374,7 @@ impl<'a> ShardGuard<'a> {
         let mut new_off = vec![0usize; n];
         let mut slider = Slider::new(0);
         let mut new_hand = None;
+        let mut new_window = None;
         for (i, e) in entries.iter().enumerate() {
             if !keep[i] {
                 continue;
@@ -333,9 +382,15 @@ impl<'a> ShardGuard<'a> {
             if i >= stop && new_hand.is_none() {
                 new_hand = Some(slider.write);
             }
+            if new_window.is_none() && (!evict && e.off >= window || unjudged == Some(i)) {
+                new_window = Some(slider.write);
+            }
             new_off[i] = slider.keep(self, e);
         }
         let write = slider.flush(self);
+        // The window starts at its first entry left unjudged (a compaction
+        // that only dropped dead entries judged none), else at the end.
+        self.set_window_start(new_window.unwrap_or(write));
         let kept = n as u64 - evicted;
         self.rebuild_index(&tags, &keep, &visited, &new_off, active)?;
         self.set_hdr(sh::BUMP, write as u64);
@@ -425,6 +480,7 @@ impl<'a> ShardGuard<'a> {
                 && items_after + tombstones <= max_items
         };
         let mut evicted = 0u64;
+        let mut cleared = Vec::new();
         let mut stop = region.len();
         for k in 0..region.len() {
             if met(freed, items_after) {
@@ -436,6 +492,7 @@ impl<'a> ShardGuard<'a> {
             }
             if visited[k] {
                 visited[k] = false;
+                cleared.push(tags[k]);
             } else {
                 drop[k] = true;
                 freed += region[k].size;
@@ -445,6 +502,10 @@ impl<'a> ShardGuard<'a> {
         }
         if !met(freed, items_after) {
             return Ok(false);
+        }
+        // The hits the hand cleared reach the sketch (`policy.rs`).
+        for tag in cleared {
+            self.note_hit(tag);
         }
         // Slide the survivors down and point their slots at them; the
         // slots of the live entries dropped become tombstones.
@@ -473,6 +534,7 @@ impl<'a> ShardGuard<'a> {
             }
         }
         let write = slider.flush(self);
+        self.set_window_start(write);
         let mut purged = 0;
         let mut keep = Vec::new();
         for p in purge {

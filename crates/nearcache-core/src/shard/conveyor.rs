@@ -204,13 +204,22 @@ impl<'a> ShardGuard<'a> {
     /// One pass of the conveyor (see the module comment): judge entries
     /// from the read cursor for about `budget` bytes, stopping after the
     /// first segment freed when `stop_on_free`. Inside a move.
+    ///
+    /// With `duel` (the strict mode's judgement of the head, `policy.rs`)
+    /// the pass evicts only by duels: each unvisited live entry it meets is
+    /// a victim offered to `duel`, which returns whether a candidate took
+    /// its place (the victim goes); when none did, the pass stops before
+    /// the victim, which the next candidates meet first. Visited entries
+    /// stay with their mark cleared, as in an evicting pass.
     pub(super) fn conveyor_pass(
         &self,
         evict: bool,
         t: u64,
         budget: usize,
         stop_on_free: bool,
+        mut duel: Option<&mut dyn FnMut(u32) -> bool>,
     ) -> Check<Pass> {
+        let evict = evict || duel.is_some();
         let size = self.shard.seg_size;
         let head = self.head()?;
         let mut tail = self.seg_hdr(sh::TAIL)?;
@@ -326,11 +335,33 @@ impl<'a> ShardGuard<'a> {
             let slot =
                 self.find_slot(tag, e.off, active)?.ok_or(Corrupt("a live entry has no slot"))?;
             let visited = self.slot(slot) & SLOT_VISITED != 0;
-            let force = evict && since_free > force_after;
-            let sieve = evict && since_free > sieve_after;
-            if e.expired(t) || force || sieve && !visited {
+            if let Some(duel) = duel.as_mut() {
+                if !visited && !e.expired(t) {
+                    if duel(tag) {
+                        dropped.drop_entry(self, &e, slot, t);
+                        continue;
+                    }
+                    // No candidate beat it: it stays unjudged under the
+                    // read cursor.
+                    rp -= e.size;
+                    pass.examined -= e.size;
+                    since_free -= e.size;
+                    break;
+                }
+            } else {
+                let force = evict && since_free > force_after;
+                let sieve = evict && since_free > sieve_after;
+                if !e.expired(t) && (force || sieve && !visited) {
+                    dropped.drop_entry(self, &e, slot, t);
+                    continue;
+                }
+            }
+            if e.expired(t) {
                 dropped.drop_entry(self, &e, slot, t);
                 continue;
+            }
+            if visited && evict {
+                self.note_hit(tag);
             }
             if w != r && wp + e.size > self.seg_cap(w, reserved) {
                 // `w` is full: it ends here, and survivors go into `r`,
@@ -380,7 +411,7 @@ impl<'a> ShardGuard<'a> {
     /// entries (all but the head's, within the reserved arena): SIEVE then
     /// evicts from the first entry judged; below, dead copies go first
     /// (`COMPACT_FREE_PERCENT` for shards of one segment).
-    fn under_pressure(&self, reserved: usize) -> bool {
+    pub(super) fn under_pressure(&self, reserved: usize) -> bool {
         let size = self.shard.seg_size;
         let room = reserved.min(self.shard.seg_count * size).saturating_sub(size);
         let live = self.hdr(sh::LIVE_BYTES) as usize;
@@ -391,7 +422,7 @@ impl<'a> ShardGuard<'a> {
     fn pass_in_move(&self, evict: bool, t: u64, budget: usize) -> Option<Pass> {
         self.begin_move();
         self.set_hdr(sh::REWRITING, 1);
-        let r = self.conveyor_pass(evict, t, budget, true);
+        let r = self.conveyor_pass(evict, t, budget, true, None);
         self.end_move();
         r.map_err(|c| self.recover(c)).ok()
     }
@@ -453,8 +484,11 @@ impl<'a> ShardGuard<'a> {
     #[cold]
     #[inline(never)]
     fn pay_passes(&self, before: u64, after: u64, now: &mut Now) {
+        // In strict mode the head is judged when it fills, and the losers
+        // make room there: passes paid ahead would evict without a duel.
         if self.hdr(sh::FREE) != NO_SEGMENT as u64
             || self.hdr(sh::FRESH) < self.shard.seg_count as u64
+            || self.strict()
         {
             return;
         }

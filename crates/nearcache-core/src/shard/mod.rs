@@ -83,6 +83,7 @@ mod entry_ref;
 mod guard;
 mod index;
 mod optimistic;
+mod policy;
 mod repair;
 mod segments;
 
@@ -93,10 +94,11 @@ pub use entry_ref::EntryRef;
 use entry_ref::Src;
 pub(crate) use guard::ShardGuard;
 use index::Probe;
+pub use policy::EvictionMode;
 
 use crate::counters::{Counter, Stripes};
 use crate::error::{Error, Result};
-use crate::hash::hash_key;
+use crate::hash::{hash_key, tag_of};
 use crate::layout::*;
 use crate::lock;
 use crate::spill::SpillRef;
@@ -142,6 +144,14 @@ pub(crate) struct Shard {
     /// Offsets of the segment table and of the index in the shard.
     table_off: usize,
     index_off: usize,
+    /// The policy region (`policy.rs`): the offsets of its header and of
+    /// its body, the body's size, the sketch's counters per row and each
+    /// miniature's main records.
+    policy_off: usize,
+    policy_body_off: usize,
+    policy_size: usize,
+    sketch_width: usize,
+    mini_records: usize,
 }
 
 // SAFETY: a Shard is a pointer into a MAP_SHARED mapping that outlives it
@@ -285,6 +295,11 @@ impl Shard {
             seg_recip: segments::reciprocal(geo.segments().1),
             table_off: geo.segment_table_offset(),
             index_off: geo.index_offset(),
+            policy_off: geo.policy_offset(),
+            policy_body_off: geo.policy_body_offset(),
+            policy_size: geo.policy_size(),
+            sketch_width: geo.policy_parts().0,
+            mini_records: geo.policy_parts().1,
         }
     }
 
@@ -471,7 +486,10 @@ impl<'a> ShardGuard<'a> {
                 self.end_move();
                 stored
             }
-            None => self.insert(key, hash, value, flags, expires, size, now),
+            None => {
+                self.note_miss(tag_of(hash));
+                self.insert(key, hash, value, flags, expires, size, now)
+            }
         };
         if stored {
             self.bump_stat(sh::SETS);
@@ -879,6 +897,7 @@ impl<'a> ShardGuard<'a> {
                 let size = entry_size(key.len(), 8);
                 self.ensure_can_hold(size)?;
                 self.begin_write();
+                self.note_miss(tag_of(hash));
                 let stored =
                     self.insert(key, hash, &new.to_le_bytes(), counter_flag, expires, size, now);
                 if stored {

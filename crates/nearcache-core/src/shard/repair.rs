@@ -40,6 +40,7 @@ impl<'a> ShardGuard<'a> {
             self.set_hdr(f, 0);
         }
         self.reset_segments();
+        self.reset_policy();
         self.end_move();
         if !nested {
             self.end_write();

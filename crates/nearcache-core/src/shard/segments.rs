@@ -427,6 +427,8 @@ impl<'a> ShardGuard<'a> {
         self.add_stat(sh::SEALED_BYTES, used as u64);
         self.set_hdr(sh::HEAD, new as u64);
         self.set_hdr(sh::BUMP, self.seg_start(new) as u64);
+        // Nothing of the new head is judged yet.
+        self.set_window_start(self.seg_start(new));
         Ok(())
     }
 
@@ -510,6 +512,16 @@ impl<'a> ShardGuard<'a> {
         may_grow: bool,
         size: usize,
     ) -> Check<bool> {
+        // Strict admission: a full head whose shard has no segment to spare
+        // judges its new entries first; losers make room in the head.
+        if self.strict()
+            && self.hdr(sh::FREE) == NO_SEGMENT as u64
+            && self.fresh()? >= self.shard.seg_count
+            && self.under_pressure(self.arena_reserved()?)
+            && self.judge_head_in_move(now, size)
+        {
+            return Ok(true);
+        }
         // Without growth, only a segment with room below the reserved mark.
         let within = (self.shard.lazy && !may_grow).then_some(size);
         if let Some(s) = self.take_free(within)? {
@@ -649,12 +661,137 @@ impl<'a> ShardGuard<'a> {
                 unsafe { ptr::copy(self.arena_ptr(e.off), self.arena_ptr(write), e.size) };
             }
             let mark = if visited && !evict { SLOT_VISITED } else { 0 };
+            if visited && evict {
+                self.note_hit(tag);
+            }
             self.set_slot(slot, Self::tagged_slot(tag, write) | mark);
             write += e.size;
         }
         self.set_hdr(sh::BUMP, write as u64);
+        self.set_window_start(begin);
         dropped.settle(self, active, true)?;
         Ok(true)
+    }
+
+    /// `judge_head` inside its own move; corruption resets the shard.
+    /// Returns whether the head now has room for `size` bytes.
+    fn judge_head_in_move(&self, now: &mut Now, size: usize) -> bool {
+        self.begin_move();
+        self.set_hdr(sh::REWRITING, 1);
+        let r = self.judge_head(now.get());
+        self.end_move();
+        // Room within the head and within the reserved arena (a lazy file
+        // the file system refused to grow).
+        let room = || -> Check<bool> {
+            let (off, head_end) = self.head_room()?;
+            let end = head_end.min(self.arena_reserved()?);
+            Ok(off <= end && size <= end - off)
+        };
+        match r {
+            Ok(()) => room().unwrap_or(false),
+            Err(c) => {
+                self.recover(c);
+                false
+            }
+        }
+    }
+
+    /// The strict mode's judgement of a full head (`policy.rs`): the
+    /// older half of the entries not judged yet (those from the window
+    /// start on) is judged oldest first. An entry hit since it came in
+    /// stays (with its mark); an unhit one (a candidate) meets the victim
+    /// at the conveyor's read cursor, found by a duel pass
+    /// (`conveyor_pass`): it stays and the victim goes if the sketch
+    /// counts it more often, else it goes. Then the head is compacted in
+    /// place: the candidates that lost, dead and expired entries go, the
+    /// rest slide down, and the window starts after the judged survivors.
+    /// Inside a move.
+    fn judge_head(&self, t: u64) -> Check<()> {
+        let head = self.head()?;
+        let active = self.active_slots()?;
+        let begin = self.seg_start(head);
+        let end = self.bump()?;
+        let start = self.window_start();
+        let start = if (begin..=end).contains(&start) { start } else { begin };
+        let half = start + (end - start) / 2;
+        // The candidates, oldest first: (arena offset, tag).
+        let mut cands = Vec::new();
+        let mut key = Vec::new();
+        let mut off = start;
+        while off < half {
+            let e = self.entry(off, end)?;
+            off += e.size;
+            if e.is_dead() || e.expired(t) {
+                continue;
+            }
+            let tag = tag_of(self.entry_hash(&e, &mut key));
+            let slot =
+                self.find_slot(tag, e.off, active)?.ok_or(Corrupt("a live entry has no slot"))?;
+            if self.slot(slot) & SLOT_VISITED == 0 {
+                cands.push((e.off, tag));
+            }
+        }
+        // Each meets the victims of a duel pass; `lost` in order.
+        let mut next = 0;
+        let mut lost = Vec::new();
+        if !cands.is_empty() {
+            let mut duel = |victim: u32| -> bool {
+                while next < cands.len() {
+                    let (off, tag) = cands[next];
+                    next += 1;
+                    if self.wins(tag, victim) {
+                        return true;
+                    }
+                    lost.push(off);
+                }
+                false
+            };
+            let budget = self.shard.seg_size / 2;
+            self.conveyor_pass(true, t, budget, false, Some(&mut duel))?;
+        }
+        // The window starts again at the first candidate the pass did not
+        // reach, or after the judged half.
+        let unjudged = cands.get(next).map_or(half, |c| c.0);
+        // The pass may have moved slots (purging tombstones): the head is
+        // read again to compact it.
+        let mut lost = lost.into_iter().peekable();
+        let mut dropped = Dropped::default();
+        let mut write = begin;
+        let mut window = None;
+        let mut off = begin;
+        while off < end {
+            let e = self.entry(off, end)?;
+            off += e.size;
+            if e.is_dead() {
+                continue;
+            }
+            let tag = tag_of(self.entry_hash(&e, &mut key));
+            let slot =
+                self.find_slot(tag, e.off, active)?.ok_or(Corrupt("a live entry has no slot"))?;
+            while lost.next_if(|&l| l < e.off).is_some() {}
+            if e.expired(t) || lost.next_if_eq(&e.off).is_some() {
+                dropped.drop_entry(self, &e, slot, t);
+                continue;
+            }
+            if e.off >= unjudged && window.is_none() {
+                window = Some(write);
+            }
+            if write != e.off {
+                // SAFETY: both ranges lie in the head's used bytes (checked
+                // entries); write <= e.off, survivors are copied in order,
+                // and ptr::copy handles the overlap.
+                unsafe { ptr::copy(self.arena_ptr(e.off), self.arena_ptr(write), e.size) };
+            }
+            let mark = self.slot(slot) & SLOT_VISITED;
+            self.set_slot(slot, Self::tagged_slot(tag, write) | mark);
+            write += e.size;
+        }
+        self.note_examined(end - begin + half - start);
+        self.set_hdr(sh::BUMP, write as u64);
+        self.set_window_start(window.unwrap_or(write));
+        dropped.settle(self, active, true)?;
+        self.bump_stat(sh::COMPACTIONS);
+        Ok(())
     }
 
     /// Rebuild the index in place from its own slots into `active` slots
