@@ -1147,6 +1147,35 @@ class Cache(PolicyMethods):
         size_bytes = parse_size(size)
         return self._native.resize(size_bytes, shards or 0)
 
+    @property
+    def eviction_mode(self) -> str:
+        """How the shards choose what to admit when full: ``"adaptive"``
+        (the default), ``"strict"`` or ``"lenient"``.
+
+        Lenient is SIEVE: every new entry is admitted and the hand evicts
+        entries not read since it last passed.  Strict is W-TinyLFU's
+        admission: a new entry not read since it came in stays only if it
+        was asked for more often than the entry it would evict, which keeps
+        a loop or a scan larger than the cache from turning it over.
+        Adaptive shards run whichever of the two a miniature cache of each,
+        replaying a sample of the shard's keys, hits more with.  Setting it
+        pins the mode for the file, for every process (kept across a
+        resize); ``InvalidArgumentError`` for another value.
+
+        >>> c = Cache("doc-eviction", size="1MiB", recreate=True)
+        >>> c.eviction_mode
+        'adaptive'
+        >>> c.eviction_mode = "strict"
+        >>> c.eviction_mode
+        'strict'
+        >>> c.eviction_mode = "adaptive"
+        """
+        return self._native.eviction_mode()
+
+    @eviction_mode.setter
+    def eviction_mode(self, mode: str) -> None:
+        self._native.set_eviction_mode(mode)
+
     def close(self) -> None:
         """Release the file; any later operation raises :class:`~nearcache.CacheClosedError`.
 

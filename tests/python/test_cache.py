@@ -715,3 +715,45 @@ def test_a_removed_default_directory_is_made_again_private(
         assert c.get("k") == 2
     with pytest.raises(nearcache.CacheNotFoundError):
         Cache("absent", create=False)
+
+
+# ----------------------------------------------------------------------- eviction
+
+
+def test_eviction_mode_is_pinned_for_the_file(make_cache: Callable[..., Cache]) -> None:
+    c = make_cache()
+    assert c.eviction_mode == "adaptive"
+    c.eviction_mode = "strict"
+    other = make_cache()  # the same path: another handle on the file
+    assert other.eviction_mode == "strict"
+    with pytest.raises(nearcache.InvalidArgumentError, match="'adaptive', 'strict' or 'lenient'"):
+        c.eviction_mode = "lru"
+    assert c.eviction_mode == "strict", "a refused mode changes nothing"
+    c.eviction_mode = "lenient"
+    assert other.eviction_mode == "lenient"
+
+
+def test_strict_admission_keeps_a_loop_that_lenient_loses(make_cache: Callable[..., Cache]) -> None:
+    # A loop over more keys than the cache holds: SIEVE (lenient) evicts
+    # every key before it comes back; strict admission keeps most of the
+    # entries the cache holds for the whole loop.
+    hits = {}
+    for mode in ("lenient", "strict"):
+        c = make_cache(mode, size="512KiB")
+        c.eviction_mode = mode
+        held = 0
+        for i in range(4096):
+            c.set(f"k{i}", b"x" * 100)
+        held = len(c)
+        n = 0
+        for _ in range(6):
+            for i in range(4096):
+                key = f"k{i}"
+                if c.get(key) is None:
+                    c.set(key, b"x" * 100)
+                else:
+                    n += 1
+        hits[mode] = n / (6 * 4096)
+        assert held < 4096
+    assert hits["lenient"] < 0.05, hits
+    assert hits["strict"] > 0.3, hits

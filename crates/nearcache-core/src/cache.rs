@@ -149,29 +149,31 @@ pub(crate) struct Store {
     fs_reserve: u64,
     /// Where the next shard gives memory back for a spilled value.
     room_hand: AtomicUsize,
-    /// This handle's sampled hits, per shard, for the shard's miniature
-    /// caches (`shard/policy.rs`): a hit is a lock-free read, so it is
-    /// kept here and replayed by this handle's next write to the shard.
-    hit_samples: Box<[HitSamples]>,
+    /// This handle's sampled reads (hits and misses), per shard, for the
+    /// shard's miniature caches (`shard/policy.rs`): a read takes no lock,
+    /// so it is kept here and replayed by this handle's next write to the
+    /// shard. A handle that never writes to a shard tells its miniatures
+    /// nothing.
+    read_samples: Box<[ReadSamples]>,
 }
 
-/// Most sampled hits a handle keeps per shard between two of its writes
+/// Most sampled reads a handle keeps per shard between two of its writes
 /// there (more are dropped: the miniatures see a sample of a sample).
-const HIT_SAMPLES: usize = 32;
+const READ_SAMPLES: usize = 32;
 
-/// One shard's sampled hits in one handle (see `Store::hit_samples`).
+/// One shard's sampled reads in one handle (see `Store::read_samples`).
 #[repr(align(64))]
-struct HitSamples {
+struct ReadSamples {
     /// The shard's sample rate (log2) as of this handle's last write there.
     log2: AtomicU32,
-    /// Hits recorded since the last drain (may run past `HIT_SAMPLES`).
+    /// Reads recorded since the last drain (may run past `READ_SAMPLES`).
     len: AtomicU32,
-    tags: [AtomicU32; HIT_SAMPLES],
+    tags: [AtomicU32; READ_SAMPLES],
 }
 
-impl HitSamples {
-    fn new() -> HitSamples {
-        HitSamples {
+impl ReadSamples {
+    fn new() -> ReadSamples {
+        ReadSamples {
             log2: AtomicU32::new(0),
             len: AtomicU32::new(0),
             tags: std::array::from_fn(|_| AtomicU32::new(0)),
@@ -276,7 +278,7 @@ impl Store {
             // opening costs no getpid).
             spill_hand: AtomicUsize::new(crate::lock::my_pid() as usize),
             room_hand: AtomicUsize::new(crate::lock::my_pid() as usize),
-            hit_samples: (0..geo.shard_count).map(|_| HitSamples::new()).collect(),
+            read_samples: (0..geo.shard_count).map(|_| ReadSamples::new()).collect(),
         };
         if first_here
             && cache.spill_budget > 0
@@ -434,35 +436,35 @@ impl Store {
     fn lock_for_write<'a>(&self, shard: &'a Shard) -> Result<ShardGuard<'a>> {
         let g = shard.lock(self.lock_timeout).inspect_err(|e| self.noticed(e))?;
         let g = self.check_not_moved(shard, g)?;
-        self.replay_hits(shard, &g);
+        self.replay_reads(shard, &g);
         Ok(g)
     }
 
-    /// Record a hit of the key hashed `h` if its tag is sampled (see
-    /// `hit_samples`): a load and a branch for most hits.
+    /// Record a read of the key hashed `h` (hit or miss) if its tag is
+    /// sampled (see `read_samples`): a load and a branch for most reads.
     #[inline]
-    fn sample_hit(&self, h: u64) {
-        let s = &self.hit_samples[shard_of(h, self.geo.shard_count)];
+    fn sample_read(&self, h: u64) {
+        let s = &self.read_samples[shard_of(h, self.geo.shard_count)];
         let tag = crate::hash::tag_of(h);
         if tag & ((1u32 << s.log2.load(Ordering::Relaxed).min(31)) - 1) != 0 {
             return;
         }
         let n = s.len.fetch_add(1, Ordering::Relaxed) as usize;
-        if n < HIT_SAMPLES {
+        if n < READ_SAMPLES {
             s.tags[n].store(tag, Ordering::Relaxed);
         }
     }
 
-    /// Under `shard`'s lock: replay this handle's sampled hits there.
+    /// Under `shard`'s lock: replay this handle's sampled reads there.
     #[inline]
-    fn replay_hits(&self, shard: &Shard, g: &ShardGuard<'_>) {
-        let s = &self.hit_samples[self.index_of(shard)];
+    fn replay_reads(&self, shard: &Shard, g: &ShardGuard<'_>) {
+        let s = &self.read_samples[self.index_of(shard)];
         if s.len.load(Ordering::Relaxed) == 0 {
             return;
         }
-        let n = (s.len.swap(0, Ordering::Relaxed) as usize).min(HIT_SAMPLES);
+        let n = (s.len.swap(0, Ordering::Relaxed) as usize).min(READ_SAMPLES);
         let tags: Vec<u32> = s.tags[..n].iter().map(|t| t.load(Ordering::Relaxed)).collect();
-        s.log2.store(g.replay_hits(&tags), Ordering::Relaxed);
+        s.log2.store(g.replay_reads(&tags), Ordering::Relaxed);
     }
 
     /// `g`, unless its shard was moved by a resize: sealed (`seq` left
@@ -651,9 +653,7 @@ impl Store {
                     hit
                 }
             };
-            if hit.is_some() {
-                self.sample_hit(h);
-            }
+            self.sample_read(h);
             match hit {
                 None => return Ok(None),
                 Some(Hit::Value(r)) => return Ok(Some(r)),
@@ -695,9 +695,7 @@ impl Store {
             });
             drop(g);
             self.reap();
-            if hit.is_some() {
-                self.sample_hit(h);
-            }
+            self.sample_read(h);
             match hit {
                 None => return Ok(None),
                 Some(Hit::Value(r)) => return Ok(Some(r)),

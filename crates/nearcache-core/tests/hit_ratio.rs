@@ -217,3 +217,43 @@ fn adaptive_admission_stays_at_lru_on_zipf() {
         }
     }
 }
+
+#[test]
+fn adaptive_admission_follows_reads_of_new_keys() {
+    // New keys only, each stored once, and after every fourth store a
+    // read of one of the last quarter of the keys stored (the `large`
+    // benchmark's writer): SIEVE keeps what is read; strict admission
+    // drops most new keys before they are read. The reads are what tells
+    // the miniatures so (a strict shard misses them and never stores them
+    // again): adaptive shards must end lenient and hit as SIEVE does.
+    let mut got = Vec::new();
+    for mode in [EvictionMode::Lenient, EvictionMode::Strict, EvictionMode::Adaptive] {
+        let d = TempDir::new("hits-new");
+        let c = open(&d, "c", 8 << 20, 4);
+        c.set_eviction_mode(mode).unwrap();
+        let value = vec![7u8; 160];
+        let mut rng = Rng(99);
+        let (mut reads, mut hits) = (0u64, 0u64);
+        let total = 300_000u64;
+        for i in 0..total {
+            c.set(&key_of(i), &value, 0, 0).unwrap();
+            if i % 4 == 3 {
+                let window = (c.len().unwrap() as u64 / 4).clamp(1, i + 1);
+                let k = i - rng.next() % window;
+                let hit = c.get(&key_of(k)).unwrap().is_some();
+                if i >= total / 2 {
+                    reads += 1;
+                    hits += hit as u64;
+                }
+            }
+        }
+        let ratio = hits as f64 / reads as f64;
+        let strict = c.strict_shards().unwrap();
+        println!("reads of new keys, second half, {mode:?}: hit ratio {ratio:.4}, strict shards {strict} of 4");
+        c.check().unwrap();
+        got.push((ratio, strict));
+    }
+    assert!(got[1].0 < got[0].0 - 0.3, "strict admission keeps new keys: {got:?}");
+    assert!(got[2].0 >= got[0].0 - 0.02, "adaptive below lenient: {got:?}");
+    assert_eq!(got[2].1, 0, "adaptive shards left strict: {got:?}");
+}

@@ -285,7 +285,7 @@ impl ShardGuard<'_> {
             return;
         }
         self.sketch_add(tag);
-        self.replay_sampled(tag);
+        self.replay_sampled(tag, false);
     }
 
     /// The hand cleared the visited bit of the entry of `tag`: a hit, or
@@ -297,15 +297,15 @@ impl ShardGuard<'_> {
         self.sketch_add(tag);
     }
 
-    /// Sampled hits a handle recorded (lock-free reads: `Store::
-    /// hit_samples`), replayed through the miniatures. Returns the sample
-    /// rate's log2 for the handle's next samples.
-    pub(crate) fn replay_hits(&self, tags: &[u32]) -> u32 {
+    /// Sampled reads a handle recorded (lock-free, hits and misses:
+    /// `Store::read_samples`), replayed through the miniatures. Returns the
+    /// sample rate's log2 for the handle's next samples.
+    pub(crate) fn replay_reads(&self, tags: &[u32]) -> u32 {
         if !self.armed() {
             return 0;
         }
         for &tag in tags {
-            self.replay_sampled(tag);
+            self.replay_sampled(tag, true);
         }
         (self.pol(pol::SAMPLE) as u32).min(31)
     }
@@ -404,15 +404,25 @@ impl ShardGuard<'_> {
 
     /// Replay a request for the key of `tag` through both miniatures if
     /// its tag is sampled, and take the mode of the one with more hits.
-    fn replay_sampled(&self, tag: u32) {
+    /// A read (`counted`) is a request: it hits or misses, and a miss
+    /// stores the key (as a cache-aside caller does). A store of an absent
+    /// key is not a request of its own (a read missed it first, or nothing
+    /// asked for it): it only puts the key in the miniatures.
+    fn replay_sampled(&self, tag: u32, counted: bool) {
         let (log2, entries) = self.sample();
         if tag & ((1u32 << log2) - 1) != 0 {
             return;
         }
         let fp = (tag & !REC_VISITED).max(1);
+        if !counted {
+            for m in 0..2 {
+                self.mini_access(m, fp, entries, false);
+            }
+            return;
+        }
         let mut hits = [self.pol(pol::MINI_HITS), self.pol(pol::MINI_HITS + 8)];
         for (m, h) in hits.iter_mut().enumerate() {
-            *h = h.saturating_add(self.mini_access(m, fp, entries) as u64);
+            *h = h.saturating_add(self.mini_access(m, fp, entries, true) as u64);
         }
         let mut requests = self.pol(pol::MINI_REQUESTS) + 1;
         if requests >= MINI_DECAY * entries as u64 {
@@ -430,8 +440,9 @@ impl ShardGuard<'_> {
     }
 
     /// One request for `fp` in miniature `m` (0 strict, 1 lenient) of
-    /// `entries` entries. Returns whether it hit.
-    fn mini_access(&self, m: usize, fp: u32, entries: usize) -> bool {
+    /// `entries` entries (a store, not `counted`, does not mark a present
+    /// key). Returns whether it hit.
+    fn mini_access(&self, m: usize, fp: u32, entries: usize, counted: bool) -> bool {
         let recs = self.shard.mini_records;
         let ring = recs / 8;
         let win_cap = (entries * MINI_WINDOW_PERCENT / 100).clamp(1, ring);
@@ -443,7 +454,7 @@ impl ShardGuard<'_> {
         for i in 0..main_len {
             let r = self.rec(m, i);
             if r & !REC_VISITED == fp {
-                if r & REC_VISITED == 0 {
+                if r & REC_VISITED == 0 && counted {
                     self.set_rec(m, i, r | REC_VISITED);
                 }
                 return true;
@@ -453,7 +464,7 @@ impl ShardGuard<'_> {
             let i = recs + (win_start + j) % ring;
             let r = self.rec(m, i);
             if r & !REC_VISITED == fp {
-                if r & REC_VISITED == 0 {
+                if r & REC_VISITED == 0 && counted {
                     self.set_rec(m, i, r | REC_VISITED);
                 }
                 return true;
