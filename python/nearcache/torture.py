@@ -318,6 +318,9 @@ class TortureConfig:
     seed: int | None = None
     directory: str | None = None
     keep: bool = False
+    #: How the shards admit new entries ("adaptive", "strict", "lenient"):
+    #: pinned on the file before the workers start.
+    eviction_mode: str = "adaptive"
 
 
 @dataclasses.dataclass
@@ -978,6 +981,7 @@ class _Coordinator:
         self.cache = _native.NativeCache(
             self.path, cfg.size, cfg.shards, recreate=True, spill_threshold=cfg.spill_threshold
         )
+        self.cache.set_eviction_mode(cfg.eviction_mode)
         self.area = mmap.mmap(-1, (_GLOBAL_WORDS + cfg.workers * _SLOT_WORDS) * 8)
         self.words = _words(self.area)
         self.pids: dict[int, int] = {}  # slot -> pid
@@ -1517,6 +1521,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--seed", type=int, default=None, help="random seed (default: random)")
     p.add_argument("--dir", default=None, help="directory for the run (default: /dev/shm)")
+    p.add_argument(
+        "--eviction-mode",
+        choices=("adaptive", "strict", "lenient"),
+        default=d.eviction_mode,
+        help="how the shards admit new entries when full (pinned on the file)",
+    )
     p.add_argument("--keep", action="store_true", help="keep the run directory")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     return p
@@ -1550,6 +1560,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         zombie_hold=args.zombie_hold,
         relative_fraction=args.relative_fraction,
         nofile_weight=args.nofile_weight,
+        eviction_mode=args.eviction_mode,
     )
     report = run(cfg)
     if args.json:

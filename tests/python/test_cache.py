@@ -722,15 +722,15 @@ def test_a_removed_default_directory_is_made_again_private(
 
 def test_eviction_mode_is_pinned_for_the_file(make_cache: Callable[..., Cache]) -> None:
     c = make_cache()
-    assert c.eviction_mode == "adaptive"
+    assert c.eviction_mode == "lenient"
     c.eviction_mode = "strict"
     other = make_cache()  # the same path: another handle on the file
     assert other.eviction_mode == "strict"
     with pytest.raises(nearcache.InvalidArgumentError, match="'adaptive', 'strict' or 'lenient'"):
         c.eviction_mode = "lru"
     assert c.eviction_mode == "strict", "a refused mode changes nothing"
-    c.eviction_mode = "lenient"
-    assert other.eviction_mode == "lenient"
+    c.eviction_mode = "adaptive"
+    assert other.eviction_mode == "adaptive"
 
 
 def test_strict_admission_keeps_a_loop_that_lenient_loses(make_cache: Callable[..., Cache]) -> None:

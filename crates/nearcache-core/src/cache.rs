@@ -159,7 +159,7 @@ pub(crate) struct Store {
 
 /// Most sampled reads a handle keeps per shard between two of its writes
 /// there (more are dropped: the miniatures see a sample of a sample).
-const READ_SAMPLES: usize = 32;
+const READ_SAMPLES: usize = 16;
 
 /// One shard's sampled reads in one handle (see `Store::read_samples`).
 #[repr(align(64))]
@@ -460,6 +460,11 @@ impl Store {
     fn replay_reads(&self, shard: &Shard, g: &ShardGuard<'_>) {
         let s = &self.read_samples[self.index_of(shard)];
         if s.len.load(Ordering::Relaxed) == 0 {
+            if s.log2.load(Ordering::Relaxed) >= 31 {
+                // Sampling nothing (the file admitted leniently): look
+                // again, the mode may have changed.
+                s.log2.store(g.replay_reads(&[]), Ordering::Relaxed);
+            }
             return;
         }
         let n = (s.len.swap(0, Ordering::Relaxed) as usize).min(READ_SAMPLES);

@@ -471,21 +471,24 @@ impl Geometry {
 
     /// The policy region's parts: counters per row of the frequency
     /// sketch (a power of two: an eighth of the index slots, 64 to 65,536)
-    /// and records per miniature cache (a power of two: an eighth of the
-    /// index's load limit, 64 to 512).
+    /// and records per miniature cache (a power of two: a 32nd of the
+    /// index's load limit, 64 to 256).
     pub fn policy_parts(&self) -> (usize, usize) {
         let sketch = (self.slots_per_shard / 8).next_power_of_two().clamp(64, 1 << 16);
-        let minis = (self.slots_per_shard * 3 / 4 / 8).next_power_of_two().clamp(64, 512);
+        let minis = (self.slots_per_shard * 3 / 4 / 32).next_power_of_two().clamp(64, 256);
         (sketch, minis)
     }
 
     /// Bytes of the policy body: the sketch (four rows of 4-bit counters)
-    /// and two miniatures (a 64-byte header and a record of 4 bytes for
-    /// each of `minis` main and `minis / 8` window places), padded to a
-    /// cache line. A 2 MiB shard: 12.6 KiB, 0.6% of it.
+    /// and two miniatures (a 64-byte header, a record of 4 bytes for each
+    /// of `minis` main and `minis / 8` window places, and an index of
+    /// twice as many 2-byte slots, a power of two), padded to a cache
+    /// line. A 2 MiB shard: 14.5 KiB, 0.7% of it.
     pub fn policy_size(&self) -> usize {
         let (sketch, minis) = self.policy_parts();
-        (4 * sketch / 2 + 2 * (64 + 4 * (minis + minis / 8))).next_multiple_of(64)
+        let records = minis + minis / 8;
+        let index = (2 * records).next_power_of_two();
+        (4 * sketch / 2 + 2 * (64 + 4 * records + 2 * index)).next_multiple_of(64)
     }
 
     /// Offset of the slot index inside a shard.

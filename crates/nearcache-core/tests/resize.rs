@@ -662,7 +662,7 @@ proptest::proptest! {
 fn a_resize_keeps_the_pinned_eviction_mode() {
     let d = TempDir::new("resize-mode");
     let c = Cache::open(d.file("c"), &opts(4 << 20, 2)).unwrap();
-    assert_eq!(c.eviction_mode().unwrap(), nearcache_core::EvictionMode::Adaptive);
+    assert_eq!(c.eviction_mode().unwrap(), nearcache_core::EvictionMode::Lenient);
     c.set_eviction_mode(nearcache_core::EvictionMode::Strict).unwrap();
     c.set(b"k", b"v", 0, 0).unwrap();
     c.resize(8 << 20, 4).unwrap();

@@ -188,6 +188,32 @@ def _detect(cfg: TortureConfig, saboteur: Child) -> TortureReport:
         saboteur.wait()
 
 
+def test_strict_admission_in_segmented_shards_survives_kills(tmp_path: Path) -> None:
+    # Strict admission judges a full head inside a move (segmented shards:
+    # 1 MiB each here) and a shard of one segment inside its compaction
+    # (the run above); kills land in both.
+    cfg = TortureConfig(
+        duration=6.0,
+        workers=6,
+        size=4 << 20,
+        shards=4,
+        keys=12000,
+        kill_interval=0.1,
+        hold_fraction=0.4,
+        reopen_interval=3.0,
+        spill_fraction=0.0,
+        directory=str(tmp_path),
+        seed=20261127,
+        eviction_mode="strict",
+    )
+    report = run(cfg)
+    assert report.violations == 0, report.render()
+    assert report.evictions > 0
+    assert report.corruptions == 0
+    assert report.kills_mid_write > 0
+    assert report.final_check["shards"] == 4
+
+
 def test_planted_faults_are_reported(tmp_path: Path) -> None:
     saboteur = Child(lambda: _sabotage(tmp_path, 5.0))
     cfg = TortureConfig(

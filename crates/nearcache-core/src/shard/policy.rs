@@ -52,8 +52,8 @@ use std::ptr;
 
 /// Words of the policy region's header.
 mod pol {
-    /// Bits 0-1: the mode a pin forces (0 none, 1 strict, 2 lenient);
-    /// bit 8: the miniatures chose lenient.
+    /// Bits 0-1: the mode of the file (0 lenient, the default; 1 strict;
+    /// 2 adaptive); bit 8: adaptive, the miniatures chose strict.
     pub const MODE: usize = 0;
     /// Sketch additions since it was last halved.
     pub const SKETCH_ADDS: usize = 8;
@@ -80,29 +80,28 @@ mod mini {
 }
 
 const PIN_MASK: u64 = 3;
-/// The miniatures chose lenient admission; a new shard starts strict (a
-/// full shard judges what it admits until they know better).
-const RUNS_LENIENT: u64 = 1 << 8;
+/// The miniatures chose strict admission; a new shard starts lenient.
+const RUNS_STRICT: u64 = 1 << 8;
 
 /// How a file's shards choose their admission mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EvictionMode {
-    /// Each shard runs the mode its miniature caches do better with (the
-    /// default).
+    /// Each shard runs the mode its miniature caches do better with.
     Adaptive,
     /// Every new entry must win its place against the entry it would
     /// evict: frequency-aware, resists loops and scans.
     Strict,
-    /// Every new entry is admitted (SIEVE): recency-friendly.
+    /// Every new entry is admitted (SIEVE): recency-friendly, and the
+    /// default: the other two cost more per write (see the module docs).
     Lenient,
 }
 
 impl EvictionMode {
     fn pin(self) -> u64 {
         match self {
-            EvictionMode::Adaptive => 0,
+            EvictionMode::Lenient => 0,
             EvictionMode::Strict => 1,
-            EvictionMode::Lenient => 2,
+            EvictionMode::Adaptive => 2,
         }
     }
 }
@@ -116,13 +115,22 @@ const ADMIT_MARGIN: u8 = 1;
 /// entries additions.
 const SKETCH_AGING: u64 = 10;
 
-/// A miniature holds between these many entries and its record count:
-/// the sample rate doubles past the top and halves under the bottom.
-const MINI_LEAST: usize = 32;
+/// The miniatures sample one key in `2^MINI_RATE_LOG2` at most (the
+/// study's rate), fewer while that would leave them under about
+/// `MINI_ENTRIES` entries: each sampled request costs a replay in both
+/// under the shard's lock.
+const MINI_RATE_LOG2: u32 = 5;
+const MINI_ENTRIES: usize = 64;
 
 /// The miniatures' hits are halved every this many times their entries
 /// of sampled requests.
 const MINI_DECAY: u64 = 4;
+
+/// A lenient shard turns strict when its strict miniature's hits lately
+/// exceed the lenient one's by a 1/`STRICT_WIN_RATIO` part and
+/// `STRICT_WIN_HITS` more.
+const STRICT_WIN_RATIO: u64 = 4;
+const STRICT_WIN_HITS: u64 = 4;
 
 /// The window's share of a miniature, in percent.
 const MINI_WINDOW_PERCENT: usize = 4;
@@ -174,8 +182,8 @@ impl ShardGuard<'_> {
         }
         match mode & PIN_MASK {
             1 => true,
-            2 => false,
-            _ => mode & RUNS_LENIENT == 0,
+            2 => mode & RUNS_STRICT != 0,
+            _ => false,
         }
     }
 
@@ -194,8 +202,8 @@ impl ShardGuard<'_> {
     pub(crate) fn eviction_mode(&self) -> EvictionMode {
         match self.pol(pol::MODE) & PIN_MASK {
             1 => EvictionMode::Strict,
-            2 => EvictionMode::Lenient,
-            _ => EvictionMode::Adaptive,
+            2 => EvictionMode::Adaptive,
+            _ => EvictionMode::Lenient,
         }
     }
 
@@ -281,28 +289,49 @@ impl ShardGuard<'_> {
 
     /// A key of `tag` missed (a set of an absent key).
     pub(super) fn note_miss(&self, tag: u32) {
-        if !self.armed() {
+        if !self.learns() {
             return;
         }
-        self.sketch_add(tag);
-        self.replay_sampled(tag, false);
+        let sampled = self.sampled(tag);
+        if sampled || self.strict() {
+            self.sketch_add(tag);
+        }
+        if sampled {
+            self.replay_sampled(tag, false);
+        }
     }
 
     /// The hand cleared the visited bit of the entry of `tag`: a hit, or
     /// several, for the sketch.
     pub(super) fn note_hit(&self, tag: u32) {
-        if !self.armed() {
-            return;
+        if self.learns() && (self.sampled(tag) || self.strict()) {
+            self.sketch_add(tag);
         }
-        self.sketch_add(tag);
+    }
+
+    /// Whether the policy learns at all: not in a file that admits
+    /// leniently (the default: SIEVE, which needs neither the sketch nor
+    /// the miniatures), nor before a lazy shard reserved its body.
+    fn learns(&self) -> bool {
+        self.pol(pol::MODE) & PIN_MASK != 0 && self.armed()
+    }
+
+    /// Whether the key of `tag` is in the miniatures' sample. A lenient
+    /// shard counts only those keys in its sketch (the strict miniature's
+    /// duels read their counts): the sketch costs it a sampled part of its
+    /// writes and of its hand's work, not all of it; a strict shard counts
+    /// every key.
+    fn sampled(&self, tag: u32) -> bool {
+        tag & ((1u32 << self.pol(pol::SAMPLE).min(31)) - 1) == 0
     }
 
     /// Sampled reads a handle recorded (lock-free, hits and misses:
     /// `Store::read_samples`), replayed through the miniatures. Returns the
     /// sample rate's log2 for the handle's next samples.
     pub(crate) fn replay_reads(&self, tags: &[u32]) -> u32 {
-        if !self.armed() {
-            return 0;
+        if !self.learns() {
+            // Samples nothing until the file learns: 2^31 never matches.
+            return 31;
         }
         for &tag in tags {
             self.replay_sampled(tag, true);
@@ -337,25 +366,34 @@ impl ShardGuard<'_> {
         } else {
             (self.shard.arena_size / (live / count).max(ENTRY_HEADER)).min(limit)
         };
+        // One key in 2^log2: up to one in `2^MINI_RATE_LOG2` while that
+        // leaves a miniature `MINI_ENTRIES` entries or more (80 to 160),
+        // then fewer, keeping it within its records. Each bound has room
+        // to spare on the other side (a rate that moved back and forth
+        // would empty the miniatures at every move).
+        let recs = self.shard.mini_records;
         let mut log2 = (self.pol(pol::SAMPLE) as u32).min(31);
         let start = log2;
-        while items >> log2 > self.shard.mini_records && log2 < 31 {
-            log2 += 1;
-        }
-        // Down only with room to spare: a shard's entries move by a tenth
-        // at each compaction, and a rate that moved back and forth would
-        // empty the miniatures every time.
-        while items >> log2 < MINI_LEAST
-            && log2 > 0
-            && items >> (log2 - 1) <= self.shard.mini_records * 3 / 4
-        {
-            log2 -= 1;
+        for _ in 0..64 {
+            let cap = items >> log2;
+            if log2 < 31 && (cap > recs || log2 < MINI_RATE_LOG2 && cap >= 5 * MINI_ENTRIES / 2) {
+                log2 += 1;
+            } else if log2 > 0 && log2 <= MINI_RATE_LOG2 && cap < 3 * MINI_ENTRIES / 4
+                || log2 > MINI_RATE_LOG2 && items >> (log2 - 1) <= recs * 3 / 4
+            {
+                log2 -= 1;
+            } else {
+                break;
+            }
         }
         if log2 != start {
             self.set_pol(pol::SAMPLE, log2 as u64);
             for m in 0..2 {
                 for w in [mini::MAIN_LEN, mini::HAND, mini::WIN_START, mini::WIN_LEN] {
                     self.set_mini(m, w, 0);
+                }
+                for j in 0..self.index_len() {
+                    self.set_index_slot(m, j, 0);
                 }
             }
             self.set_pol(pol::MINI_REQUESTS, 0);
@@ -367,7 +405,7 @@ impl ShardGuard<'_> {
 
     fn mini_base(&self, m: usize) -> usize {
         let recs = self.shard.mini_records;
-        4 * self.shard.sketch_width / 2 + m * (64 + 4 * (recs + recs / 8))
+        4 * self.shard.sketch_width / 2 + m * (64 + 4 * (recs + recs / 8) + 2 * self.index_len())
     }
 
     fn mini(&self, m: usize, field: usize) -> usize {
@@ -432,10 +470,17 @@ impl ShardGuard<'_> {
         self.set_pol(pol::MINI_REQUESTS, requests);
         self.set_pol(pol::MINI_HITS, hits[0]);
         self.set_pol(pol::MINI_HITS + 8, hits[1]);
-        if hits[0] != hits[1] {
-            let mode = self.pol(pol::MODE) & !RUNS_LENIENT;
-            let lenient = if hits[1] > hits[0] { RUNS_LENIENT } else { 0 };
-            self.set_pol(pol::MODE, mode | lenient);
+        // Strict admission costs more per write (a full head is judged in
+        // one write): a shard turns strict only on a clear win, and back as
+        // soon as lenient admission hits more.
+        let mode = self.pol(pol::MODE);
+        let strict = if mode & RUNS_STRICT == 0 {
+            hits[0] > hits[1] + hits[1] / STRICT_WIN_RATIO + STRICT_WIN_HITS
+        } else {
+            hits[0] >= hits[1]
+        };
+        if strict != (mode & RUNS_STRICT != 0) {
+            self.set_pol(pol::MODE, mode & !RUNS_STRICT | if strict { RUNS_STRICT } else { 0 });
         }
     }
 
@@ -451,42 +496,40 @@ impl ShardGuard<'_> {
         let mut main_len = self.mini(m, mini::MAIN_LEN).min(recs);
         let mut win_start = self.mini(m, mini::WIN_START) % ring;
         let mut win_len = self.mini(m, mini::WIN_LEN).min(ring);
-        for i in 0..main_len {
-            let r = self.rec(m, i);
-            if r & !REC_VISITED == fp {
-                if r & REC_VISITED == 0 && counted {
-                    self.set_rec(m, i, r | REC_VISITED);
-                }
-                return true;
+        if let Some((_, pos)) = self.mini_find(m, fp) {
+            let r = self.rec(m, pos);
+            if r & REC_VISITED == 0 && counted {
+                self.set_rec(m, pos, r | REC_VISITED);
             }
-        }
-        for j in 0..win_len {
-            let i = recs + (win_start + j) % ring;
-            let r = self.rec(m, i);
-            if r & !REC_VISITED == fp {
-                if r & REC_VISITED == 0 && counted {
-                    self.set_rec(m, i, r | REC_VISITED);
-                }
-                return true;
-            }
+            return true;
         }
         // A miss: the key enters the window; the oldest over its share
         // are judged, one at a time.
         if win_len == ring {
+            self.mini_forget(m, recs + win_start);
             win_start = (win_start + 1) % ring;
             win_len -= 1;
         }
-        self.set_rec(m, recs + (win_start + win_len) % ring, fp);
+        let at = recs + (win_start + win_len) % ring;
+        self.set_rec(m, at, fp);
+        self.mini_index(m, fp, at);
         win_len += 1;
+        while main_len > main_cap {
+            // The shard holds fewer entries than it did: so does the
+            // miniature.
+            main_len -= 1;
+            self.mini_forget(m, main_len);
+        }
         while win_len > win_cap {
-            let cand = self.rec(m, recs + win_start);
+            let from = recs + win_start;
+            let cand = self.rec(m, from);
             win_start = (win_start + 1) % ring;
             win_len -= 1;
             if cand & !REC_VISITED == 0 {
                 continue;
             }
             if main_len < main_cap {
-                self.set_rec(m, main_len, cand);
+                self.mini_move(m, from, main_len);
                 main_len += 1;
                 continue;
             }
@@ -495,14 +538,120 @@ impl ShardGuard<'_> {
                 || cand & REC_VISITED != 0
                 || self.wins(cand & !REC_VISITED, self.rec(m, v) & !REC_VISITED);
             if admit {
-                self.set_rec(m, v, cand);
+                self.mini_forget(m, v);
+                self.mini_move(m, from, v);
                 self.set_mini(m, mini::HAND, (v + 1) % main_len);
+            } else {
+                self.mini_forget(m, from);
             }
         }
-        self.set_mini(m, mini::MAIN_LEN, main_len.min(main_cap));
+        self.set_mini(m, mini::MAIN_LEN, main_len);
         self.set_mini(m, mini::WIN_START, win_start);
         self.set_mini(m, mini::WIN_LEN, win_len);
         false
+    }
+
+    // ---- a miniature's index: fingerprint -> record, linear probing ----
+
+    /// Slots of a miniature's index: twice its records, a power of two.
+    fn index_len(&self) -> usize {
+        let recs = self.shard.mini_records;
+        (2 * (recs + recs / 8)).next_power_of_two()
+    }
+
+    fn slot_ptr(&self, m: usize, j: usize) -> *mut u16 {
+        let recs = self.shard.mini_records;
+        assert!(j < self.index_len());
+        self.body_ptr(self.mini_base(m) + 64 + 4 * (recs + recs / 8) + 2 * j) as *mut u16
+    }
+
+    fn index_slot(&self, m: usize, j: usize) -> usize {
+        // SAFETY: slot_ptr checks j against the index; 2-aligned.
+        unsafe { ptr::read_volatile(self.slot_ptr(m, j)) as usize }
+    }
+
+    fn set_index_slot(&self, m: usize, j: usize, v: usize) {
+        // SAFETY: as in index_slot; the lock is held.
+        unsafe { ptr::write_volatile(self.slot_ptr(m, j), v as u16) }
+    }
+
+    fn home(&self, fp: u32) -> usize {
+        ((fp as u64).wrapping_mul(MIX) >> 40) as usize & (self.index_len() - 1)
+    }
+
+    /// The record of `fp` in miniature `m`: (index slot, record). A slot
+    /// holds a record's position + 1 (0: empty); a slot whose record does
+    /// not hold `fp` (another key, or a region a crash or another program
+    /// left out of step) is passed over.
+    fn mini_find(&self, m: usize, fp: u32) -> Option<(usize, usize)> {
+        let (len, total) = (self.index_len(), self.mini_total());
+        let mut j = self.home(fp);
+        for _ in 0..len {
+            let v = self.index_slot(m, j);
+            if v == 0 {
+                return None;
+            }
+            if v <= total && self.rec(m, v - 1) & !REC_VISITED == fp {
+                return Some((j, v - 1));
+            }
+            j = (j + 1) & (len - 1);
+        }
+        None
+    }
+
+    /// Records of a miniature: the main part's, then the window ring's.
+    fn mini_total(&self) -> usize {
+        self.shard.mini_records + self.shard.mini_records / 8
+    }
+
+    /// Index `fp`, held in record `pos`.
+    fn mini_index(&self, m: usize, fp: u32, pos: usize) {
+        let len = self.index_len();
+        let mut j = self.home(fp);
+        for _ in 0..len {
+            if self.index_slot(m, j) == 0 {
+                self.set_index_slot(m, j, pos + 1);
+                return;
+            }
+            j = (j + 1) & (len - 1);
+        }
+    }
+
+    /// Move the key of record `from` to record `to` (its index slot
+    /// follows).
+    fn mini_move(&self, m: usize, from: usize, to: usize) {
+        let r = self.rec(m, from);
+        match self.mini_find(m, r & !REC_VISITED) {
+            Some((j, pos)) if pos == from => self.set_index_slot(m, j, to + 1),
+            _ => self.mini_index(m, r & !REC_VISITED, to),
+        }
+        self.set_rec(m, to, r);
+    }
+
+    /// Drop the key of record `pos` from the index (the record itself is
+    /// overwritten by its next use). Backward-shift deletion: the slots
+    /// after it move up into the hole while that brings them nearer home.
+    fn mini_forget(&self, m: usize, pos: usize) {
+        let r = self.rec(m, pos);
+        let Some((mut hole, found)) = self.mini_find(m, r & !REC_VISITED) else { return };
+        if found != pos {
+            return;
+        }
+        let (len, total) = (self.index_len(), self.mini_total());
+        let mut k = (hole + 1) & (len - 1);
+        for _ in 0..len {
+            let v = self.index_slot(m, k);
+            if v == 0 {
+                break;
+            }
+            let home = if v <= total { self.home(self.rec(m, v - 1) & !REC_VISITED) } else { k };
+            if (k.wrapping_sub(home) & (len - 1)) >= (k.wrapping_sub(hole) & (len - 1)) {
+                self.set_index_slot(m, hole, v);
+                hole = k;
+            }
+            k = (k + 1) & (len - 1);
+        }
+        self.set_index_slot(m, hole, 0);
     }
 
     /// The CLOCK victim of miniature `m`'s main part of `len` (> 0)

@@ -43,7 +43,7 @@ from ..tracefiles import REAL_TRACES, Trace, fetch_real_traces, panel, read_trac
 from ..tracefiles import write_oracle_general as _write_og
 from .base import Case, Workload
 
-__all__ = ["LIBCACHESIM_POLICIES", "PEERS", "Traces", "replay_nearcache"]
+__all__ = ["LIBCACHESIM_POLICIES", "NEARCACHE_ADAPTIVE", "PEERS", "Traces", "replay_nearcache"]
 
 _PARAMS: dict[str, dict[str, Any]] = {
     # space: keys of each generator; requests per generated trace; fractions of
@@ -68,6 +68,9 @@ REAL_DEFAULT = tuple(REAL_TRACES)
 KEY_BYTES = 16
 VALUE_BYTES = 100
 NEARCACHE = "nearcache"
+#: nearcache with ``eviction_mode = "adaptive"`` (the default is lenient:
+#: SIEVE), in the same file size.
+NEARCACHE_ADAPTIVE = "nearcache adaptive"
 #: libCacheSim's policies: (row name, class name).
 LIBCACHESIM_POLICIES = (
     ("LRU", "LRU"),
@@ -328,6 +331,34 @@ class Traces(Workload):
                 info={"file_bytes": size, "shards": shards, "limit": f"{size:,}-byte file"},
             )
         )
+        # nearcache again in the same file, its shards choosing strict or
+        # lenient admission (`Cache.eviction_mode`).
+        try:
+            cache = native.NativeCache(path, size, recreate=True)
+            try:
+                cache.set_eviction_mode("adaptive")
+                hits, entries, held = replay_nearcache(
+                    cache, trace, value, max(1, min(n // 200, target // 4))
+                )
+                strict = cache.strict_shards()
+            finally:
+                cache.close()
+        finally:
+            remove_cache_file(path)
+        out.append(
+            Measurement(
+                backend=NEARCACHE_ADAPTIVE,
+                metrics={
+                    "hit_ratio": hits / n,
+                    # the column's count (the default's), and its own
+                    **common,
+                    "entries_held": entries,
+                    "held_bytes": held,
+                    "strict_shards": float(strict),
+                },
+                info={"file_bytes": size, "shards": shards, "limit": f"{size:,}-byte file"},
+            )
+        )
         # libCacheSim's policies at the same entry count (and at equal bytes).
         reason = module_missing("libcachesim")
         if reason is None:
@@ -459,7 +490,7 @@ class Traces(Workload):
                     )
             for name, pts in series.items():
                 pts.sort()
-                ours = name == NEARCACHE
+                ours = name in (NEARCACHE, NEARCACHE_ADAPTIVE)
                 belady = name.startswith("Belady")
                 (line,) = ax.plot(
                     [x for x, _ in pts],
@@ -467,7 +498,7 @@ class Traces(Workload):
                     marker="o" if ours else ".",
                     linewidth=2.8 if ours else 1.2,
                     linestyle=":" if belady else ("--" if _is_peer(name) else "-"),
-                    color="black" if ours else None,
+                    color=("black" if name == NEARCACHE else "crimson") if ours else None,
                     zorder=3 if ours else 2,
                     label=name,
                 )
@@ -491,32 +522,40 @@ class Traces(Workload):
 
 def _is_peer(name: str) -> bool:
     """An in-process peer's row (drawn dashed): neither nearcache nor libCacheSim."""
-    return name != NEARCACHE and _LCS_SUFFIX[:-1] not in name
+    return name not in (NEARCACHE, NEARCACHE_ADAPTIVE) and _LCS_SUFFIX[:-1] not in name
 
 
 def _goal_notes(cases: Sequence[CaseResult]) -> list[str]:
-    """Where nearcache stands against LRU and the best non-Belady policy."""
+    """Where nearcache (lenient, the default, and adaptive) stands against LRU
+    and the best non-Belady policy."""
+    ours_names = (NEARCACHE, NEARCACHE_ADAPTIVE)
     notes = []
     for c in cases:
         nc = c.get(NEARCACHE)
         if nc is None:
             continue
-        ours = nc.metrics["hit_ratio"]
         others = [
             (m.backend, m.metrics["hit_ratio"])
             for m in c.measurements
-            if m.backend != NEARCACHE and "bytes" not in m.backend and "Belady" not in m.backend
+            if m.backend not in ours_names
+            and "bytes" not in m.backend
+            and "Belady" not in m.backend
         ]
         if not others:
             continue
         best_name, best = max(others, key=lambda x: x[1])
         lru = c.get("LRU" + _LCS_SUFFIX)
-        bits = [f"best other {best_name} {best:.3f} ({ours - best:+.3f})"]
-        if lru is not None:
-            bits.append(
-                f"LRU {lru.metrics['hit_ratio']:.3f} ({ours - lru.metrics['hit_ratio']:+.3f})"
+        for name in ours_names:
+            m = c.get(name)
+            if m is None:
+                continue
+            ours = m.metrics["hit_ratio"]
+            bits = [f"best other {best_name} {best:.3f} ({ours - best:+.3f})"]
+            if lru is not None:
+                bits.append(
+                    f"LRU {lru.metrics['hit_ratio']:.3f} ({ours - lru.metrics['hit_ratio']:+.3f})"
+                )
+            notes.append(
+                f"{fmt_int(nc.metrics['entries'])} entries: {name} {ours:.3f}; " + "; ".join(bits)
             )
-        notes.append(
-            f"{fmt_int(nc.metrics['entries'])} entries: nearcache {ours:.3f}; " + "; ".join(bits)
-        )
     return notes
