@@ -155,6 +155,9 @@ pub(crate) struct Store {
     /// shard. A handle that never writes to a shard tells its miniatures
     /// nothing.
     read_samples: Box<[ReadSamples]>,
+    /// Whether any shard of the file samples reads (an adaptive or strict
+    /// file): a read of a lenient file's shard costs this one load.
+    sampling: AtomicBool,
 }
 
 /// Most sampled reads a handle keeps per shard between two of its writes
@@ -169,14 +172,22 @@ struct ReadSamples {
     /// Reads recorded since the last drain (may run past `READ_SAMPLES`).
     len: AtomicU32,
     tags: [AtomicU32; READ_SAMPLES],
+    /// Writes since this handle last asked a lenient shard for its rate.
+    len_idle: AtomicU32,
 }
+
+/// A handle that samples no reads of a shard asks it for its rate once in
+/// this many writes there (a file set to adaptive or strict admission by
+/// another process is noticed that late).
+const RATE_REFRESH: u32 = 64;
 
 impl ReadSamples {
     fn new() -> ReadSamples {
         ReadSamples {
-            log2: AtomicU32::new(0),
+            log2: AtomicU32::new(31),
             len: AtomicU32::new(0),
             tags: std::array::from_fn(|_| AtomicU32::new(0)),
+            len_idle: AtomicU32::new(0),
         }
     }
 }
@@ -279,6 +290,7 @@ impl Store {
             spill_hand: AtomicUsize::new(crate::lock::my_pid() as usize),
             room_hand: AtomicUsize::new(crate::lock::my_pid() as usize),
             read_samples: (0..geo.shard_count).map(|_| ReadSamples::new()).collect(),
+            sampling: AtomicBool::new(false),
         };
         if first_here
             && cache.spill_budget > 0
@@ -444,6 +456,9 @@ impl Store {
     /// sampled (see `read_samples`): a load and a branch for most reads.
     #[inline]
     fn sample_read(&self, h: u64) {
+        if !self.sampling.load(Ordering::Relaxed) {
+            return;
+        }
         let s = &self.read_samples[shard_of(h, self.geo.shard_count)];
         let tag = crate::hash::tag_of(h);
         if tag & ((1u32 << s.log2.load(Ordering::Relaxed).min(31)) - 1) != 0 {
@@ -461,15 +476,28 @@ impl Store {
         let s = &self.read_samples[self.index_of(shard)];
         if s.len.load(Ordering::Relaxed) == 0 {
             if s.log2.load(Ordering::Relaxed) >= 31 {
-                // Sampling nothing (the file admitted leniently): look
-                // again, the mode may have changed.
-                s.log2.store(g.replay_reads(&[]), Ordering::Relaxed);
+                // Sampling nothing (the file admits leniently): look again
+                // every `RATE_REFRESH` writes, the mode may have changed.
+                let writes = s.len_idle.load(Ordering::Relaxed).wrapping_add(1);
+                s.len_idle.store(writes, Ordering::Relaxed);
+                if writes % RATE_REFRESH == 1 {
+                    self.note_sample_rate(s, g.replay_reads(&[]));
+                }
             }
             return;
         }
         let n = (s.len.swap(0, Ordering::Relaxed) as usize).min(READ_SAMPLES);
         let tags: Vec<u32> = s.tags[..n].iter().map(|t| t.load(Ordering::Relaxed)).collect();
-        s.log2.store(g.replay_reads(&tags), Ordering::Relaxed);
+        self.note_sample_rate(s, g.replay_reads(&tags));
+    }
+
+    /// Keep the shard's sample rate for this handle's reads; a rate under
+    /// one in 2^31 turns the reads' sampling on.
+    fn note_sample_rate(&self, s: &ReadSamples, log2: u32) {
+        s.log2.store(log2, Ordering::Relaxed);
+        if log2 < 31 && !self.sampling.load(Ordering::Relaxed) {
+            self.sampling.store(true, Ordering::Relaxed);
+        }
     }
 
     /// `g`, unless its shard was moved by a resize: sealed (`seq` left

@@ -483,7 +483,7 @@ impl Geometry {
     /// and two miniatures (a 64-byte header, a record of 4 bytes for each
     /// of `minis` main and `minis / 8` window places, and an index of
     /// twice as many 2-byte slots, a power of two), padded to a cache
-    /// line. A 2 MiB shard: 14.5 KiB, 0.7% of it.
+    /// line. A 2 MiB shard: 14.4 KiB, 0.7% of it.
     pub fn policy_size(&self) -> usize {
         let (sketch, minis) = self.policy_parts();
         let records = minis + minis / 8;

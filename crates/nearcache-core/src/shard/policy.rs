@@ -1,9 +1,9 @@
 //! The eviction policy's shared state: a frequency sketch, two miniature
-//! caches and the shard's admission mode, in a region of the shard
-//! between the segment table and the index.
+//! caches and the file's admission mode, in a policy header after the
+//! segment table and a policy body after the index.
 //!
 //! Design (the study behind it: `docs/design/engine.md`, "Eviction: the
-//! policy study", rounds five and six; the model is `eviction::Policy::
+//! policy study", rounds five to seven; the model is `eviction::Policy::
 //! WTinyLfuSwitch` with `Config::head_window`):
 //! * Two admission modes. *Lenient* is SIEVE as the engine always ran it:
 //!   every new entry is admitted and the hand evicts unvisited entries.
@@ -16,35 +16,44 @@
 //!   counts the candidate more than once more often, otherwise the
 //!   candidate goes. That keeps a loop or a scan larger than the cache
 //!   from turning the cache over, which no recency policy can.
+//! * The file's mode (`EvictionMode`, in every shard's header): lenient
+//!   (the default), strict, or adaptive: each shard runs the mode of the
+//!   miniature with more hits lately, turning strict only on a clear win
+//!   (strict admission costs writes more). A lenient file learns nothing:
+//!   neither structure is fed.
 //! * The sketch: a count-min sketch of four rows of 4-bit counters,
 //!   conservative update, halved every ten times the shard's entries
-//!   additions (TinyLFU's reset). It learns a key when the key misses (an
-//!   insert of an absent key: the set holds the lock anyway) and when the
-//!   hand clears an entry's visited bit (its hits): a hit writes nothing
-//!   but the slot's bit, as before. Keyed by the entry's 31-bit tag.
+//!   additions (TinyLFU's reset). It learns a key when the key is stored
+//!   absent (the set holds the lock anyway) and when the hand clears an
+//!   entry's visited bit (its hits): a hit writes nothing but the slot's
+//!   bit, as before. Keyed by the entry's 31-bit tag. A lenient shard of an
+//!   adaptive file counts only the sampled keys (the strict miniature's
+//!   duels read their counts).
 //! * Choosing the mode: miniature simulation (Waldspurger et al., ATC
-//!   '17). Keys whose tag falls in one of `sample` groups (a power of two
-//!   that keeps a miniature between 32 and `minis` entries: the shard's
-//!   entries divided by `sample`) are replayed through two miniature
-//!   caches of that many entries, one strict and one lenient (a FIFO
-//!   window of 4% and a CLOCK main part of records that hold the tag and
-//!   a visited bit); the shard runs in the mode of the one with more hits
-//!   lately (both halved every four times its entries of sampled
-//!   requests). The miniatures see the same events as the sketch: a miss
-//!   at once, a hit when the hand clears the entry's bit. A new sample
-//!   rate empties them.
-//! * The mode can be pinned per file (`EvictionMode`): the word keeps the
-//!   pin beside the chosen mode.
+//!   '17). Keys whose tag falls in one group of 2^k (k at most 5 while a
+//!   miniature keeps 80 to 160 entries, more to keep it within its
+//!   records; k follows the shard's capacity in entries, not its count,
+//!   so it does not move while the shard fills) are replayed through two
+//!   miniature caches of the shard's capacity over 2^k entries, one strict
+//!   and one lenient (a FIFO window of 4% and a CLOCK main part of records
+//!   that hold the tag and a visited bit, found through an index of
+//!   fingerprints). A read is a request (hit or miss; each handle samples
+//!   its lock-free reads and replays them at its next write to the shard:
+//!   `Store::read_samples`); a store of an absent key puts the key in the
+//!   miniatures. Hits are halved every four times a miniature's entries of
+//!   sampled requests. A new sample rate empties them.
 //! * Every word is a hint. The region is read with the same distrust as
-//!   the rest of the shard: lengths and cursors are clamped to the
-//!   region's geometry before use, so a hostile or torn region can make
-//!   the policy choose badly, never make it read or write outside the
+//!   the rest of the shard: lengths, cursors and index slots are clamped
+//!   to the region's geometry before use, so a hostile or torn region can
+//!   make the policy choose badly, never make it read or write outside the
 //!   region. Only lockers read or write it.
 //!
-//! Layout (`Geometry::policy_size`): a 64-byte header (the words in
-//! `pol`), the sketch (`4 x width / 16` words), then two miniatures, each
-//! a 64-byte header (`mini`) and `minis + minis / 8` u32 records: the main
-//! part's places, then the window's ring.
+//! Layout (`Geometry::policy_offset`, `policy_body_offset`,
+//! `policy_size`): the 64-byte header (the words in `pol`); the body: the
+//! sketch (`4 x width / 16` words), then two miniatures, each a 64-byte
+//! header (`mini`), `minis + minis / 8` u32 records (the main part's
+//! places, then the window's ring) and an index of u16 slots (record + 1;
+//! 0 empty), twice the records rounded up to a power of two.
 
 use super::ShardGuard;
 use crate::layout::ENTRY_HEADER;
