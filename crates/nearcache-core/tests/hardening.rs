@@ -214,6 +214,9 @@ fn scribble_while_operating(shard_size: usize, shards: usize, target: usize, ops
     let d = TempDir::new("scribble");
     let size = HEADER_SIZE + shards * shard_size;
     let c = Arc::new(Cache::open(d.file("c"), &opts(size, shards)).unwrap());
+    // Adaptive admission: the policy region is read and written (the
+    // scribbler rewrites the mode too, now and then).
+    c.set_eviction_mode(nearcache_core::EvictionMode::Adaptive).unwrap();
     let g = *c.geometry();
     let mut others = Vec::new();
     for s in (0..shards).filter(|&s| s != target) {

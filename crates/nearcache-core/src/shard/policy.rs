@@ -270,12 +270,16 @@ impl ShardGuard<'_> {
                 if self.counter(r, i) == floor {
                     let p = self.sketch_word(r, i);
                     let shift = (i % 16) * 4;
-                    // SAFETY: as in counter; the lock is held.
-                    unsafe { ptr::write_volatile(p, ptr::read_volatile(p) + (1 << shift)) };
+                    // SAFETY: as in counter; the lock is held. Wrapping: the
+                    // nibble was under 15 when read, but another program
+                    // may have written the word since.
+                    unsafe {
+                        ptr::write_volatile(p, ptr::read_volatile(p).wrapping_add(1 << shift))
+                    };
                 }
             }
         }
-        let adds = self.pol(pol::SKETCH_ADDS) + 1;
+        let adds = self.pol(pol::SKETCH_ADDS).saturating_add(1);
         let items = (self.hdr(crate::layout::sh::ITEMS) as usize).clamp(64, self.shard.slots);
         if adds >= SKETCH_AGING * items as u64 {
             self.halve_sketch();
@@ -471,7 +475,7 @@ impl ShardGuard<'_> {
         for (m, h) in hits.iter_mut().enumerate() {
             *h = h.saturating_add(self.mini_access(m, fp, entries, true) as u64);
         }
-        let mut requests = self.pol(pol::MINI_REQUESTS) + 1;
+        let mut requests = self.pol(pol::MINI_REQUESTS).saturating_add(1);
         if requests >= MINI_DECAY * entries as u64 {
             requests = 0;
             hits = hits.map(|h| h / 2);
@@ -484,7 +488,7 @@ impl ShardGuard<'_> {
         // soon as lenient admission hits more.
         let mode = self.pol(pol::MODE);
         let strict = if mode & RUNS_STRICT == 0 {
-            hits[0] > hits[1] + hits[1] / STRICT_WIN_RATIO + STRICT_WIN_HITS
+            hits[0] > hits[1].saturating_add(hits[1] / STRICT_WIN_RATIO + STRICT_WIN_HITS)
         } else {
             hits[0] >= hits[1]
         };
