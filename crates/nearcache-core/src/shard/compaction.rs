@@ -298,11 +298,8 @@ impl<'a> ShardGuard<'a> {
         let mut keep = vec![true; entries.len()];
         let arena = reserved;
         let (free_bytes_target, max_items) = if evict {
-            if strict {
-                Self::strict_targets(need, arena, active)
-            } else {
-                Self::eviction_targets(need, arena, active)
-            }
+            let percent = if strict { STRICT_FREE_PERCENT } else { COMPACT_FREE_PERCENT };
+            Self::eviction_targets(need, arena, active, percent)
         } else {
             (0, active * 3 / 4 - 1)
         };
@@ -441,7 +438,8 @@ impl<'a> ShardGuard<'a> {
         t: u64,
     ) -> Check<bool> {
         let hand = self.hdr(sh::HAND) as usize;
-        let (free_target, max_items) = Self::eviction_targets(need, reserved, active);
+        let (free_target, max_items) =
+            Self::eviction_targets(need, reserved, active, COMPACT_FREE_PERCENT);
         let live_bytes = (self.hdr(sh::LIVE_BYTES) as usize).min(bump);
         if hand == 0 || hand >= bump || bump - live_bytes > free_target {
             return Ok(false);
@@ -571,22 +569,17 @@ impl<'a> ShardGuard<'a> {
     }
 
     /// What an evicting compaction must reach: free arena bytes (`need`
-    /// at least, and COMPACT_FREE_PERCENT of the reserved arena) and the
-    /// most live entries it may leave (COMPACT_FREE_PERCENT below the
-    /// index's load limit of 3/4).
-    /// `eviction_targets` in strict mode (`STRICT_FREE_PERCENT`).
-    fn strict_targets(need: usize, reserved: usize, active: usize) -> (usize, usize) {
-        (
-            need.max(reserved * STRICT_FREE_PERCENT / 100),
-            active * 3 / 4 * (100 - STRICT_FREE_PERCENT) / 100,
-        )
-    }
-
-    fn eviction_targets(need: usize, reserved: usize, active: usize) -> (usize, usize) {
-        (
-            need.max(reserved * COMPACT_FREE_PERCENT / 100),
-            active * 3 / 4 * (100 - COMPACT_FREE_PERCENT) / 100,
-        )
+    /// at least, and `percent` of the reserved arena) and the most live
+    /// entries it may leave (`percent` below the index's load limit of
+    /// 3/4). `percent` is COMPACT_FREE_PERCENT, or STRICT_FREE_PERCENT for
+    /// a strict compaction.
+    fn eviction_targets(
+        need: usize,
+        reserved: usize,
+        active: usize,
+        percent: usize,
+    ) -> (usize, usize) {
+        (need.max(reserved * percent / 100), active * 3 / 4 * (100 - percent) / 100)
     }
 
     /// The entries of the used arena not marked dead, in arena order, with

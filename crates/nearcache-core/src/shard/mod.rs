@@ -691,13 +691,8 @@ impl<'a> ShardGuard<'a> {
         expires: u64,
         size: usize,
     ) -> bool {
-        let room = (|| -> Check<Option<usize>> {
-            let (off, head_end) = self.head_room()?;
-            let end = self.arena_reserved()?.min(head_end);
-            Ok((off <= end && size <= end - off).then_some(off))
-        })();
         // A failed check is met again, and repaired, on the insert path.
-        let Ok(Some(off)) = room else { return false };
+        let Ok(Some(off)) = self.room_in_head(size) else { return false };
         self.append(off, size, key, value, flags, expires);
         // The key keeps its SIEVE mark: an overwrite is a use of the key,
         // and a slot published already marked spares the next reader the

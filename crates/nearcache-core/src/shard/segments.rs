@@ -290,6 +290,16 @@ impl<'a> ShardGuard<'a> {
         Ok((self.bump_in(head)?, self.seg_start(head) + self.shard.seg_size))
     }
 
+    /// Where an entry of `size` bytes goes without a compaction or growth:
+    /// the bump pointer, if the entry fits both the head and the reserved
+    /// arena; None if it does not.
+    #[inline]
+    pub(super) fn room_in_head(&self, size: usize) -> Check<Option<usize>> {
+        let (off, head_end) = self.head_room()?;
+        let end = self.arena_reserved()?.min(head_end);
+        Ok((off <= end && size <= end - off).then_some(off))
+    }
+
     /// The segments in use, oldest first (tail to head), checked: the walk
     /// follows at most one link per segment and must end at the head.
     pub(super) fn chain(&self) -> Check<Vec<usize>> {
@@ -680,15 +690,10 @@ impl<'a> ShardGuard<'a> {
         self.set_hdr(sh::REWRITING, 1);
         let r = self.judge_head(now.get());
         self.end_move();
-        // Room within the head and within the reserved arena (a lazy file
-        // the file system refused to grow).
-        let room = || -> Check<bool> {
-            let (off, head_end) = self.head_room()?;
-            let end = head_end.min(self.arena_reserved()?);
-            Ok(off <= end && size <= end - off)
-        };
         match r {
-            Ok(()) => room().unwrap_or(false),
+            // Within the reserved arena too (a lazy file the file system
+            // refused to grow).
+            Ok(()) => matches!(self.room_in_head(size), Ok(Some(_))),
             Err(c) => {
                 self.recover(c);
                 false
