@@ -36,14 +36,15 @@ use crate::hash::{hash_key, shard_of};
 use crate::layout::{entry_size, fh, Geometry, FLAG_SPILLED, GROW_CHUNK, HEADER_SIZE, MAX_KEY_LEN};
 use crate::resize::{self, Owner, Record};
 use crate::shard::{
-    self as shard_mod, CasOutcome, Entry0, EntryRef, EvictionMode, Now, SetMode, Shard, ShardGuard,
+    self as shard_mod, CasOutcome, Entry0, EntryRef, EvictionMode, Now, Samples, SetMode, Shard,
+    ShardGuard,
 };
 use crate::spill::{Publishing, Refusal, SpillDir, SpillRef, SweepReport, REF_LEN, SWEEP_GRACE};
 use crate::stats::ShardStats;
 use std::collections::HashSet;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// Flag value the engine uses for 64-bit counters (little-endian i64).
@@ -149,47 +150,10 @@ pub(crate) struct Store {
     fs_reserve: u64,
     /// Where the next shard gives memory back for a spilled value.
     room_hand: AtomicUsize,
-    /// This handle's sampled reads (hits and misses), per shard, for the
-    /// shard's miniature caches (`shard/policy.rs`): a read takes no lock,
-    /// so it is kept here and replayed by this handle's next write to the
-    /// shard. A handle that never writes to a shard tells its miniatures
-    /// nothing.
-    read_samples: Box<[ReadSamples]>,
-    /// Whether any shard of the file samples reads (an adaptive or strict
-    /// file): a read of a lenient file's shard costs this one load.
-    sampling: AtomicBool,
-}
-
-/// Most sampled reads a handle keeps per shard between two of its writes
-/// there (more are dropped: the miniatures see a sample of a sample).
-const READ_SAMPLES: usize = 16;
-
-/// One shard's sampled reads in one handle (see `Store::read_samples`).
-#[repr(align(64))]
-struct ReadSamples {
-    /// The shard's sample rate (log2) as of this handle's last write there.
-    log2: AtomicU32,
-    /// Reads recorded since the last drain (may run past `READ_SAMPLES`).
-    len: AtomicU32,
-    tags: [AtomicU32; READ_SAMPLES],
-    /// Writes since this handle last asked a lenient shard for its rate.
-    len_idle: AtomicU32,
-}
-
-/// A handle that samples no reads of a shard asks it for its rate once in
-/// this many writes there (a file set to adaptive or strict admission by
-/// another process is noticed that late).
-const RATE_REFRESH: u32 = 64;
-
-impl ReadSamples {
-    fn new() -> ReadSamples {
-        ReadSamples {
-            log2: AtomicU32::new(31),
-            len: AtomicU32::new(0),
-            tags: std::array::from_fn(|_| AtomicU32::new(0)),
-            len_idle: AtomicU32::new(0),
-        }
-    }
+    /// This handle's sampled requests (reads, hits and misses, and stores
+    /// of absent keys), per shard, for the shard's miniature caches
+    /// (`shard/policy.rs`): replayed after this handle's next write there.
+    read_samples: Samples,
 }
 
 impl std::fmt::Debug for Store {
@@ -289,8 +253,7 @@ impl Store {
             // opening costs no getpid).
             spill_hand: AtomicUsize::new(crate::lock::my_pid() as usize),
             room_hand: AtomicUsize::new(crate::lock::my_pid() as usize),
-            read_samples: (0..geo.shard_count).map(|_| ReadSamples::new()).collect(),
-            sampling: AtomicBool::new(false),
+            read_samples: Samples::new(geo.shard_count),
         };
         if first_here
             && cache.spill_budget > 0
@@ -445,59 +408,17 @@ impl Store {
     /// shard a resize moved to a new file ([`Error::Moved`], which the
     /// public [`Cache`] follows).
     #[inline]
-    fn lock_for_write<'a>(&self, shard: &'a Shard) -> Result<ShardGuard<'a>> {
-        let g = shard.lock(self.lock_timeout).inspect_err(|e| self.noticed(e))?;
-        let g = self.check_not_moved(shard, g)?;
-        self.replay_reads(shard, &g);
-        Ok(g)
+    fn lock_for_write<'a>(&'a self, shard: &'a Shard) -> Result<ShardGuard<'a>> {
+        let samples = Some((&self.read_samples, self.index_of(shard)));
+        let g = shard.lock_sampled(self.lock_timeout, samples).inspect_err(|e| self.noticed(e))?;
+        self.check_not_moved(shard, g)
     }
 
     /// Record a read of the key hashed `h` (hit or miss) if its tag is
     /// sampled (see `read_samples`): a load and a branch for most reads.
     #[inline]
     fn sample_read(&self, h: u64) {
-        if !self.sampling.load(Ordering::Relaxed) {
-            return;
-        }
-        let s = &self.read_samples[shard_of(h, self.geo.shard_count)];
-        let tag = crate::hash::tag_of(h);
-        if tag & ((1u32 << s.log2.load(Ordering::Relaxed).min(31)) - 1) != 0 {
-            return;
-        }
-        let n = s.len.fetch_add(1, Ordering::Relaxed) as usize;
-        if n < READ_SAMPLES {
-            s.tags[n].store(tag, Ordering::Relaxed);
-        }
-    }
-
-    /// Under `shard`'s lock: replay this handle's sampled reads there.
-    #[inline]
-    fn replay_reads(&self, shard: &Shard, g: &ShardGuard<'_>) {
-        let s = &self.read_samples[self.index_of(shard)];
-        if s.len.load(Ordering::Relaxed) == 0 {
-            if s.log2.load(Ordering::Relaxed) >= 31 {
-                // Sampling nothing (the file admits leniently): look again
-                // every `RATE_REFRESH` writes, the mode may have changed.
-                let writes = s.len_idle.load(Ordering::Relaxed).wrapping_add(1);
-                s.len_idle.store(writes, Ordering::Relaxed);
-                if writes % RATE_REFRESH == 1 {
-                    self.note_sample_rate(s, g.replay_reads(&[]));
-                }
-            }
-            return;
-        }
-        let n = (s.len.swap(0, Ordering::Relaxed) as usize).min(READ_SAMPLES);
-        let tags: Vec<u32> = s.tags[..n].iter().map(|t| t.load(Ordering::Relaxed)).collect();
-        self.note_sample_rate(s, g.replay_reads(&tags));
-    }
-
-    /// Keep the shard's sample rate for this handle's reads; a rate under
-    /// one in 2^31 turns the reads' sampling on.
-    fn note_sample_rate(&self, s: &ReadSamples, log2: u32) {
-        s.log2.store(log2, Ordering::Relaxed);
-        if log2 < 31 && !self.sampling.load(Ordering::Relaxed) {
-            self.sampling.store(true, Ordering::Relaxed);
-        }
+        self.read_samples.note_read(shard_of(h, self.geo.shard_count), crate::hash::tag_of(h));
     }
 
     /// `g`, unless its shard was moved by a resize: sealed (`seq` left

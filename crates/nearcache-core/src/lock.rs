@@ -297,6 +297,38 @@ pub unsafe fn unlock(w: *mut u32) {
     }
 }
 
+/// Try the word at `w` as a lock over hints (state that may be left
+/// half-updated, like the eviction policy's miniatures): never waits, so
+/// a live holder, even a stopped one, only makes the caller skip its work.
+/// With `check_holder` (a system call: ask it now and then), a holder
+/// whose process is gone, or a word no process could have written, is
+/// taken over. Returns whether the caller holds the lock.
+///
+/// # Safety
+/// `w` must point to an aligned u32 inside a live mapping.
+pub(crate) unsafe fn try_lock_hint(w: *mut u32, check_holder: bool) -> bool {
+    // SAFETY: caller's contract.
+    let word = unsafe { word(w) };
+    let me = my_pid();
+    match word.compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed) {
+        Ok(_) => true,
+        Err(owner) => {
+            check_holder
+                && !holder_alive(owner, true)
+                && word.compare_exchange(owner, me, Ordering::Acquire, Ordering::Relaxed).is_ok()
+        }
+    }
+}
+
+/// Let go of a lock taken by [`try_lock_hint`].
+///
+/// # Safety
+/// The calling thread must hold the lock at `w`.
+pub(crate) unsafe fn unlock_hint(w: *mut u32) {
+    // SAFETY: caller's contract.
+    unsafe { word(w) }.store(0, Ordering::Release);
+}
+
 /// Mark a lock held by this process as lost (`OWNER_GONE`) and wake every
 /// waiter; the next locker repairs. Async-signal-safe (one CAS, one
 /// syscall): used by the SIGBUS handler.

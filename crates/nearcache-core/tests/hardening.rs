@@ -43,6 +43,12 @@ impl RawMap {
         RawMap { ptr: p as *mut u8, len }
     }
 
+    fn read_u64(&self, off: usize) -> u64 {
+        assert!(off % 8 == 0 && off + 8 <= self.len);
+        // SAFETY: in bounds and aligned (checked above).
+        unsafe { std::ptr::read_volatile(self.ptr.add(off) as *const u64) }
+    }
+
     fn write_u64(&self, off: usize, v: u64) {
         assert!(off % 8 == 0 && off + 8 <= self.len);
         // SAFETY: in bounds and aligned (checked above); volatile, as
@@ -452,5 +458,49 @@ fn a_panic_under_the_lock_unlocks_and_leaves_a_consistent_shard() {
     c.check().unwrap();
     assert_eq!(c.get(b"k2").unwrap().unwrap().data, b"v");
     c.set(b"k1", b"again", 0, 0).unwrap();
+    c.check().unwrap();
+}
+
+/// The miniatures' lock (the policy header's word at 56) held by a live
+/// process makes writers skip their replays and keep their samples; held
+/// by a process that is gone, it is taken over within `HOLDER_CHECK`
+/// (64) tries, and the miniatures learn again. Their count of sampled
+/// requests (the header's word at 24) tells.
+#[test]
+fn the_miniatures_lock_is_skipped_while_held_and_taken_from_the_dead() {
+    let d = TempDir::new("minis-lock");
+    let c = open(&d, "c", 1 << 20, 1);
+    c.set_eviction_mode(nearcache_core::EvictionMode::Adaptive).unwrap();
+    let g: Geometry = *c.geometry();
+    let raw = RawMap::new(&c);
+    let pol = shard_base(&g, 0) + g.policy_offset();
+    let value = [1u8; 100];
+    let keys: Vec<Vec<u8>> = (0..4000).map(|i| format!("k{i}").into_bytes()).collect();
+    let round = |n: usize| {
+        for (i, k) in keys.iter().enumerate().take(n) {
+            c.set(k, &value, 0, 0).unwrap();
+            for j in 0..4 {
+                c.get(&keys[(i * 7 + j * 13) % n]).unwrap();
+            }
+        }
+    };
+    round(keys.len());
+    let requests = raw.read_u64(pol + 24);
+    assert!(requests > 0, "an adaptive file's miniatures learn nothing");
+
+    // Held by this (live) process: every replay is skipped.
+    raw.write_u64(pol + 56, std::process::id() as u64);
+    round(keys.len());
+    assert_eq!(raw.read_u64(pol + 24), requests, "a replay ran under a live holder's lock");
+    assert_eq!(raw.read_u64(pol + 56), std::process::id() as u64);
+
+    // Held by a process that exited: taken over, and released again.
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let dead = child.id();
+    child.wait().unwrap();
+    raw.write_u64(pol + 56, dead as u64);
+    round(keys.len());
+    assert_ne!(raw.read_u64(pol + 24), requests, "the dead holder's lock was never taken over");
+    assert_eq!(raw.read_u64(pol + 56), 0, "the lock was not let go");
     c.check().unwrap();
 }

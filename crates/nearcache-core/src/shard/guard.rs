@@ -34,6 +34,7 @@
 //!   without the lock (optimistic gets, counters) and for initialisation
 //!   while no other process has the file mapped: it never unlocks.
 
+use super::policy::Samples;
 use super::{Check, Corrupt, Shard};
 use crate::error::{Error, Result};
 use crate::layout::*;
@@ -54,6 +55,13 @@ pub(crate) struct ShardGuard<'a> {
     moving: Cell<u32>,
     /// Arena bytes this guard's compactions examined (`note_examined`).
     pub(super) examined: Cell<usize>,
+    /// The policy header's mode word as this guard first read it
+    /// (`ShardGuard::mode`).
+    pub(super) mode_now: Cell<Option<u64>>,
+    /// The handle's sampled requests, and the shard's number, replayed
+    /// through the miniatures once the lock is let go
+    /// (`ShardGuard::replay_after`).
+    pub(super) samples: Option<(&'a Samples, usize)>,
 }
 
 impl Drop for ShardGuard<'_> {
@@ -70,6 +78,9 @@ impl Drop for ShardGuard<'_> {
             }
             // SAFETY: this guard locked the word in Shard::lock.
             unsafe { lock::unlock(self.shard.lock_word()) }
+            if let Some((samples, i)) = self.samples {
+                self.shard.replay_samples(samples, i);
+            }
         }
     }
 }
@@ -99,6 +110,18 @@ impl Shard {
     /// Lock the shard, waiting at most `timeout`. A dead previous owner is
     /// repaired here; a wait that runs out is counted in `lock_timeouts`.
     pub(crate) fn lock(&self, timeout: std::time::Duration) -> Result<ShardGuard<'_>> {
+        self.lock_sampled(timeout, None)
+    }
+
+    /// `lock`, for a write of a handle whose sampled requests are
+    /// `samples` (this shard's number with them): they are replayed
+    /// through the miniatures once the lock is let go
+    /// (`Shard::replay_samples`).
+    pub(crate) fn lock_sampled<'a>(
+        &'a self,
+        timeout: std::time::Duration,
+        samples: Option<(&'a Samples, usize)>,
+    ) -> Result<ShardGuard<'a>> {
         if !self.intact() {
             return Err(Error::Corrupt(
                 "a shard header was zeroed or overwritten by another program (file truncated \
@@ -124,6 +147,8 @@ impl Shard {
             writing: Cell::new(false),
             moving: Cell::new(0),
             examined: Cell::new(0),
+            mode_now: Cell::new(None),
+            samples,
         };
         if how == Acquired::OwnerDied {
             g.repair_after_owner_death();
@@ -148,6 +173,8 @@ impl<'a> ShardGuard<'a> {
             writing: Cell::new(false),
             moving: Cell::new(0),
             examined: Cell::new(0),
+            mode_now: Cell::new(None),
+            samples: None,
         }
     }
 

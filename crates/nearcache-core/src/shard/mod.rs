@@ -95,6 +95,7 @@ use entry_ref::Src;
 pub(crate) use guard::ShardGuard;
 use index::Probe;
 pub use policy::EvictionMode;
+pub(crate) use policy::Samples;
 
 use crate::counters::{Counter, Stripes};
 use crate::error::{Error, Result};
@@ -357,6 +358,7 @@ impl Shard {
         self.reserve_initial()?;
         // SAFETY: exclusive (caller holds the file's exclusive OFD lock).
         unsafe { lock::init(self.lock_word()) };
+        self.free_minis_lock();
         let g = ShardGuard::unlocked(self);
         let damaged = g.hdr(sh::MAGIC) != SHARD_MAGIC;
         g.set_hdr(sh::MAGIC, SHARD_MAGIC);

@@ -37,16 +37,24 @@
 //!   miniature caches of the shard's capacity over 2^k entries, one strict
 //!   and one lenient (a FIFO window of 4% and a CLOCK main part of records
 //!   that hold the tag and a visited bit, found through an index of
-//!   fingerprints). A read is a request (hit or miss; each handle samples
-//!   its lock-free reads and replays them at its next write to the shard:
-//!   `Store::read_samples`); a store of an absent key puts the key in the
-//!   miniatures. Hits are halved every four times a miniature's entries of
-//!   sampled requests. A new sample rate empties them.
+//!   fingerprints). A read is a request (hit or miss); a store of an
+//!   absent key puts the key in the miniatures. Hits are halved every four
+//!   times a miniature's entries of sampled requests. A new sample rate
+//!   empties them.
+//! * Two locks. The shard's lock guards the sketch, the window and the
+//!   pin; the miniatures have a lock of their own (`Minis`), only ever
+//!   tried. Each handle keeps its sampled requests per shard (`Samples`:
+//!   reads are lock-free, stores are noted by the write) and replays them
+//!   after its next write to the shard has let go of the shard's lock, if
+//!   the miniatures' lock is free; else they wait for its next write. So
+//!   a write holds the shard's lock no longer for the miniatures, and no
+//!   one ever waits for them.
 //! * Every word is a hint. The region is read with the same distrust as
 //!   the rest of the shard: lengths, cursors and index slots are clamped
 //!   to the region's geometry before use, so a hostile or torn region can
 //!   make the policy choose badly, never make it read or write outside the
-//!   region. Only lockers read or write it.
+//!   region. Every word is read and written as an atomic (the two lock
+//!   holders share the header, and the miniatures read the sketch).
 //!
 //! Layout (`Geometry::policy_offset`, `policy_body_offset`,
 //! `policy_size`): the 64-byte header (the words in `pol`); the body: the
@@ -55,9 +63,10 @@
 //! places, then the window's ring) and an index of u16 slots (record + 1;
 //! 0 empty), twice the records rounded up to a power of two.
 
-use super::ShardGuard;
-use crate::layout::ENTRY_HEADER;
-use std::ptr;
+use super::{Shard, ShardGuard};
+use crate::layout::{sh, ENTRY_HEADER};
+use crate::lock;
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, Ordering::Relaxed};
 
 /// Words of the policy region's header.
 mod pol {
@@ -75,6 +84,9 @@ mod pol {
     /// A shard of one segment: the arena offset where the window starts
     /// (the bump pointer after the last compaction).
     pub const WINDOW: usize = 48;
+    /// The miniatures' lock (a 32-bit word: 0 free, else the holder's
+    /// pid; see `Minis`).
+    pub const MINIS_LOCK: usize = 56;
 }
 
 /// Words of a miniature's header.
@@ -150,43 +162,127 @@ const MIX: u64 = 0x9e37_79b9_7f4a_7c15;
 /// The visited bit of a miniature's record; the rest is the tag (never 0).
 const REC_VISITED: u32 = 1 << 31;
 
+/// A sampled request that was a store of an absent key, not a read (the
+/// top bit of a buffered tag: tags are 31 bits).
+const STORED: u32 = 1 << 31;
+
+/// Most sampled requests a handle keeps per shard between two of its
+/// writes there (more are dropped: the miniatures see a sample of a
+/// sample).
+const SAMPLES_PER_SHARD: usize = 16;
+
+/// A handle that samples no reads of a shard asks it for its rate once in
+/// this many writes there (a file set to adaptive or strict admission by
+/// another process is noticed that late).
+const RATE_REFRESH: u32 = 64;
+
+/// A handle that found the miniatures' lock held this many times in a
+/// row asks whether its holder's process is still alive.
+const HOLDER_CHECK: u32 = 64;
+
+/// One handle's sampled requests, per shard, for the shards' miniature
+/// caches. A read takes no lock and a write should hold the shard's lock
+/// no longer than it must, so both are kept here (reads by the reader,
+/// stores of absent keys by the write, `ShardGuard::note_miss`) and
+/// replayed through the miniatures after the handle's next write to the
+/// shard has let go of the shard's lock, under the miniatures' own lock
+/// (`Shard::replay_samples`). A handle that never writes to a shard tells
+/// its miniatures nothing.
+pub(crate) struct Samples {
+    shards: Box<[ShardSamples]>,
+    /// Whether any shard samples reads (an adaptive or strict file): a read
+    /// of a lenient file's shard costs this one load.
+    on: AtomicBool,
+}
+
+#[repr(align(64))]
+struct ShardSamples {
+    /// The shard's sample rate (log2) as of this handle's last replay.
+    log2: AtomicU32,
+    /// Requests recorded since the last replay (may run past
+    /// `SAMPLES_PER_SHARD`).
+    len: AtomicU32,
+    tags: [AtomicU32; SAMPLES_PER_SHARD],
+    /// Writes since this handle last asked a lenient shard for its rate.
+    writes: AtomicU32,
+    /// Replays given up in a row because the miniatures' lock was held.
+    busy: AtomicU32,
+}
+
+impl Samples {
+    pub(crate) fn new(shards: usize) -> Samples {
+        let shard = || ShardSamples {
+            log2: AtomicU32::new(31),
+            len: AtomicU32::new(0),
+            tags: std::array::from_fn(|_| AtomicU32::new(0)),
+            writes: AtomicU32::new(0),
+            busy: AtomicU32::new(0),
+        };
+        Samples { shards: (0..shards).map(|_| shard()).collect(), on: AtomicBool::new(false) }
+    }
+
+    /// Record a read of the key of `tag` in shard `i` if the key is
+    /// sampled: a load and a branch for most reads.
+    #[inline]
+    pub(crate) fn note_read(&self, i: usize, tag: u32) {
+        if !self.on.load(Relaxed) {
+            return;
+        }
+        let s = &self.shards[i];
+        if tag & ((1u32 << s.log2.load(Relaxed).min(31)) - 1) == 0 {
+            self.push(s, tag & !STORED);
+        }
+    }
+
+    fn push(&self, s: &ShardSamples, tag: u32) {
+        let n = s.len.fetch_add(1, Relaxed) as usize;
+        if n < SAMPLES_PER_SHARD {
+            s.tags[n].store(tag, Relaxed);
+        }
+    }
+
+    /// Keep shard `s`'s sample rate for this handle's reads; a rate above
+    /// one in 2^31 turns the reads' sampling on.
+    fn set_rate(&self, s: &ShardSamples, log2: u32) {
+        s.log2.store(log2, Relaxed);
+        if log2 < 31 && !self.on.load(Relaxed) {
+            self.on.store(true, Relaxed);
+        }
+    }
+}
+
 impl ShardGuard<'_> {
     fn pol(&self, field: usize) -> u64 {
-        debug_assert!(field + 8 <= 64);
-        // SAFETY: a word of the 64-byte policy header (the constants in
-        // `pol`), 8-aligned, inside the shard before the index.
-        unsafe {
-            ptr::read_volatile(self.shard.base.add(self.shard.policy_off + field) as *const u64)
-        }
+        self.shard.pol_word(field).load(Relaxed)
     }
 
     fn set_pol(&self, field: usize, v: u64) {
-        debug_assert!(field + 8 <= 64);
-        // SAFETY: as in pol; the lock is held.
-        unsafe {
-            ptr::write_volatile(self.shard.base.add(self.shard.policy_off + field) as *mut u64, v)
+        self.shard.pol_word(field).store(v, Relaxed);
+    }
+
+    /// The policy header's `MODE` as this guard first read it: the
+    /// miniatures may change the adaptive choice at any moment, and one
+    /// write should run one mode from start to end.
+    fn mode(&self) -> u64 {
+        if let Some(m) = self.mode_now.get() {
+            return m;
         }
+        let m = self.pol(pol::MODE);
+        self.mode_now.set(Some(m));
+        m
     }
 
-    /// A pointer `off` bytes into the policy body.
-    fn body_ptr(&self, off: usize) -> *mut u8 {
-        assert!(off < self.shard.policy_size);
-        // SAFETY: off is inside the body (checked), which lies inside the
-        // shard between the index and the arena.
-        unsafe { self.shard.base.add(self.shard.policy_body_off + off) }
-    }
-
-    /// Whether the policy body may be used: always in a preallocated
-    /// file; in a lazy one while the arena holds reserved bytes (its
-    /// first growth reserves the body; `release_memory` gives both back).
-    fn armed(&self) -> bool {
-        !self.shard.lazy || self.hdr(crate::layout::sh::ARENA_RESERVED) != 0
+    /// Whether the policy learns at all: not in a file that admits
+    /// leniently (the default: SIEVE, which needs neither the sketch nor
+    /// the miniatures), nor before a lazy shard reserved its body.
+    fn learns(&self) -> bool {
+        self.mode() & PIN_MASK != 0 && self.shard.policy_armed()
     }
 
     /// Whether the shard admits new entries strictly now.
     pub(super) fn strict(&self) -> bool {
-        let mode = self.pol(pol::MODE);
-        if !self.armed() {
+        let mode = self.mode();
+        if !self.shard.policy_armed() {
             return false;
         }
         match mode & PIN_MASK {
@@ -203,8 +299,9 @@ impl ShardGuard<'_> {
 
     /// Pin the mode (or let the miniatures choose again).
     pub(crate) fn pin_eviction(&self, m: EvictionMode) {
-        let mode = self.pol(pol::MODE);
-        self.set_pol(pol::MODE, mode & !PIN_MASK | m.pin());
+        let word = self.shard.pol_word(pol::MODE);
+        let _ = word.fetch_update(Relaxed, Relaxed, |mode| Some(mode & !PIN_MASK | m.pin()));
+        self.mode_now.set(None);
     }
 
     /// The pinned mode.
@@ -217,84 +314,20 @@ impl ShardGuard<'_> {
     }
 
     /// Empty the sketch and the miniatures, keeping the pin (a reset
-    /// shard starts afresh).
+    /// shard starts afresh). The miniatures' lock is left as it is: its
+    /// holder, if any, replays on into emptied records (a hint gone
+    /// wrong, never a wrong read).
     pub(super) fn reset_policy(&self) {
         let pin = self.pol(pol::MODE) & PIN_MASK;
-        for field in (0..64).step_by(8) {
+        for field in (0..pol::MINIS_LOCK).step_by(8) {
             self.set_pol(field, 0);
         }
         self.set_pol(pol::MODE, pin);
-        if self.armed() {
-            // SAFETY: the whole body, inside the shard and reserved while
-            // armed; the lock is held (or the shard is being initialised
-            // by its only user).
-            unsafe { ptr::write_bytes(self.body_ptr(0), 0, self.shard.policy_size) };
-        }
-    }
-
-    // ---- the sketch ----
-
-    fn sketch_word(&self, row: usize, i: usize) -> *mut u64 {
-        let width = self.shard.sketch_width;
-        debug_assert!(row < 4 && i < width);
-        self.body_ptr((row * width / 16 + i / 16) * 8) as *mut u64
-    }
-
-    fn sketch_index(&self, tag: u32, row: usize) -> usize {
-        let h = ((tag as u64) ^ ((tag as u64) << 31)).wrapping_mul(MIX);
-        ((h >> (16 * row)) as usize) & (self.shard.sketch_width - 1)
-    }
-
-    fn counter(&self, row: usize, i: usize) -> u8 {
-        // SAFETY: sketch_word is inside the region for row < 4, i < width.
-        let w = unsafe { ptr::read_volatile(self.sketch_word(row, i)) };
-        ((w >> ((i % 16) * 4)) & 0xf) as u8
-    }
-
-    /// The sketch's estimate of how often the key of `tag` was seen.
-    pub(super) fn estimate(&self, tag: u32) -> u8 {
-        (0..4).map(|r| self.counter(r, self.sketch_index(tag, r))).min().unwrap_or(0)
-    }
-
-    /// Whether a candidate of `cand` (a tag) takes the place of `victim`.
-    pub(super) fn wins(&self, cand: u32, victim: u32) -> bool {
-        self.estimate(cand) > self.estimate(victim).saturating_add(ADMIT_MARGIN)
-    }
-
-    /// Count the key of `tag` once (conservative update).
-    fn sketch_add(&self, tag: u32) {
-        let idx: [usize; 4] = std::array::from_fn(|r| self.sketch_index(tag, r));
-        let floor = (0..4).map(|r| self.counter(r, idx[r])).min().unwrap_or(0);
-        if floor < 15 {
-            for (r, &i) in idx.iter().enumerate() {
-                if self.counter(r, i) == floor {
-                    let p = self.sketch_word(r, i);
-                    let shift = (i % 16) * 4;
-                    // SAFETY: as in counter; the lock is held. Wrapping: the
-                    // nibble was under 15 when read, but another program
-                    // may have written the word since.
-                    unsafe {
-                        ptr::write_volatile(p, ptr::read_volatile(p).wrapping_add(1 << shift))
-                    };
-                }
+        self.mode_now.set(None);
+        if self.shard.policy_armed() {
+            for off in (0..self.shard.policy_size).step_by(8) {
+                self.shard.body_u64(off).store(0, Relaxed);
             }
-        }
-        let adds = self.pol(pol::SKETCH_ADDS).saturating_add(1);
-        let items = (self.hdr(crate::layout::sh::ITEMS) as usize).clamp(64, self.shard.slots);
-        if adds >= SKETCH_AGING * items as u64 {
-            self.halve_sketch();
-            self.set_pol(pol::SKETCH_ADDS, adds / 2);
-        } else {
-            self.set_pol(pol::SKETCH_ADDS, adds);
-        }
-    }
-
-    fn halve_sketch(&self) {
-        for w in 0..self.shard.sketch_width / 4 {
-            let p = self.body_ptr(w * 8) as *mut u64;
-            // SAFETY: the sketch's 4 x width / 16 words open the body; the
-            // lock is held.
-            unsafe { ptr::write_volatile(p, (ptr::read_volatile(p) >> 1) & 0x7777_7777_7777_7777) };
         }
     }
 
@@ -305,51 +338,57 @@ impl ShardGuard<'_> {
         if !self.learns() {
             return;
         }
-        let sampled = self.sampled(tag);
+        let sampled = self.shard.sampled(tag);
         if sampled || self.strict() {
             self.sketch_add(tag);
         }
         if sampled {
-            self.replay_sampled(tag, false);
+            if let Some((samples, i)) = self.samples {
+                samples.push(&samples.shards[i], tag | STORED);
+            }
         }
     }
 
     /// The hand cleared the visited bit of the entry of `tag`: a hit, or
     /// several, for the sketch.
     pub(super) fn note_hit(&self, tag: u32) {
-        if self.learns() && (self.sampled(tag) || self.strict()) {
+        if self.learns() && (self.shard.sampled(tag) || self.strict()) {
             self.sketch_add(tag);
         }
     }
 
-    /// Whether the policy learns at all: not in a file that admits
-    /// leniently (the default: SIEVE, which needs neither the sketch nor
-    /// the miniatures), nor before a lazy shard reserved its body.
-    fn learns(&self) -> bool {
-        self.pol(pol::MODE) & PIN_MASK != 0 && self.armed()
+    /// Whether a candidate of `cand` (a tag) takes the place of `victim`.
+    pub(super) fn wins(&self, cand: u32, victim: u32) -> bool {
+        self.shard.wins(cand, victim)
     }
 
-    /// Whether the key of `tag` is in the miniatures' sample. A lenient
-    /// shard counts only those keys in its sketch (the strict miniature's
-    /// duels read their counts): the sketch costs it a sampled part of its
-    /// writes and of its hand's work, not all of it; a strict shard counts
-    /// every key.
-    fn sampled(&self, tag: u32) -> bool {
-        tag & ((1u32 << self.pol(pol::SAMPLE).min(31)) - 1) == 0
-    }
-
-    /// Sampled reads a handle recorded (lock-free, hits and misses:
-    /// `Store::read_samples`), replayed through the miniatures. Returns the
-    /// sample rate's log2 for the handle's next samples.
-    pub(crate) fn replay_reads(&self, tags: &[u32]) -> u32 {
-        if !self.learns() {
-            // Samples nothing until the file learns: 2^31 never matches.
-            return 31;
+    /// Count the key of `tag` once (conservative update). Only the shard's
+    /// lock holder writes the sketch.
+    fn sketch_add(&self, tag: u32) {
+        let shard = self.shard;
+        let idx: [usize; 4] = std::array::from_fn(|r| shard.sketch_index(tag, r));
+        let floor = (0..4).map(|r| shard.counter(r, idx[r])).min().unwrap_or(0);
+        if floor < 15 {
+            for (r, &i) in idx.iter().enumerate() {
+                if shard.counter(r, i) == floor {
+                    // Wrapping: the nibble was under 15 when read, but
+                    // another program may have written the word since.
+                    let w = shard.sketch_word(r, i);
+                    w.store(w.load(Relaxed).wrapping_add(1 << ((i % 16) * 4)), Relaxed);
+                }
+            }
         }
-        for &tag in tags {
-            self.replay_sampled(tag, true);
+        let adds = self.pol(pol::SKETCH_ADDS).saturating_add(1);
+        let items = (self.hdr(sh::ITEMS) as usize).clamp(64, shard.slots);
+        if adds >= SKETCH_AGING * items as u64 {
+            for w in 0..shard.sketch_width / 4 {
+                let w = shard.body_u64(w * 8);
+                w.store((w.load(Relaxed) >> 1) & 0x7777_7777_7777_7777, Relaxed);
+            }
+            self.set_pol(pol::SKETCH_ADDS, adds / 2);
+        } else {
+            self.set_pol(pol::SKETCH_ADDS, adds);
         }
-        (self.pol(pol::SAMPLE) as u32).min(31)
     }
 
     /// The arena offset where a shard of one segment's window starts.
@@ -360,31 +399,209 @@ impl ShardGuard<'_> {
     pub(super) fn set_window_start(&self, off: usize) {
         self.set_pol(pol::WINDOW, off as u64);
     }
+}
 
-    // ---- the miniatures ----
+// ---- the region, as any process sees it ----
+
+impl Shard {
+    /// A word of the policy header (the constants in `pol`). Atomic: the
+    /// shard's lock holder and the miniatures' share the header.
+    fn pol_word(&self, field: usize) -> &AtomicU64 {
+        debug_assert!(field + 8 <= 64 && field % 8 == 0);
+        // SAFETY: a word of the 64-byte policy header, which lies inside
+        // the shard before the index, 8-aligned (it follows the segment
+        // table of 8-byte words); the mapping outlives self.
+        unsafe { AtomicU64::from_ptr(self.base.add(self.policy_off + field) as *mut u64) }
+    }
+
+    /// A pointer `off` bytes into the policy body, which holds `bytes`
+    /// more from there.
+    fn body_ptr(&self, off: usize, bytes: usize) -> *mut u8 {
+        assert!(off + bytes <= self.policy_size && off % bytes == 0);
+        // SAFETY: off..off + bytes is inside the body (checked), which lies
+        // inside the shard between the index and the arena.
+        unsafe { self.base.add(self.policy_body_off + off) }
+    }
+
+    fn body_u64(&self, off: usize) -> &AtomicU64 {
+        // SAFETY: body_ptr checks the word is inside the body and aligned
+        // to its size within it; the body starts 64-aligned. Every word of
+        // the region is read and written as an atomic.
+        unsafe { AtomicU64::from_ptr(self.body_ptr(off, 8) as *mut u64) }
+    }
+
+    fn body_u32(&self, off: usize) -> &AtomicU32 {
+        // SAFETY: as in body_u64.
+        unsafe { AtomicU32::from_ptr(self.body_ptr(off, 4) as *mut u32) }
+    }
+
+    fn body_u16(&self, off: usize) -> &AtomicU16 {
+        // SAFETY: as in body_u64.
+        unsafe { AtomicU16::from_ptr(self.body_ptr(off, 2) as *mut u16) }
+    }
+
+    /// Whether the policy body may be used: always in a preallocated
+    /// file; in a lazy one while the arena holds reserved bytes (its
+    /// first growth reserves the body; `release_memory` gives both back).
+    fn policy_armed(&self) -> bool {
+        !self.lazy || self.header_atomic(sh::ARENA_RESERVED).load(Relaxed) != 0
+    }
+
+    /// Whether the file's mode makes the policy learn (not lenient).
+    fn policy_learns(&self) -> bool {
+        self.pol_word(pol::MODE).load(Relaxed) & PIN_MASK != 0 && self.policy_armed()
+    }
+
+    /// Whether the key of `tag` is in the miniatures' sample. A lenient
+    /// shard counts only those keys in its sketch (the strict miniature's
+    /// duels read their counts): the sketch costs it a sampled part of its
+    /// writes and of its hand's work, not all of it; a strict shard counts
+    /// every key.
+    fn sampled(&self, tag: u32) -> bool {
+        tag & ((1u32 << self.pol_word(pol::SAMPLE).load(Relaxed).min(31)) - 1) == 0
+    }
+
+    // ---- the sketch ----
+
+    fn sketch_word(&self, row: usize, i: usize) -> &AtomicU64 {
+        let width = self.sketch_width;
+        debug_assert!(row < 4 && i < width);
+        self.body_u64((row * width / 16 + i / 16) * 8)
+    }
+
+    fn sketch_index(&self, tag: u32, row: usize) -> usize {
+        let h = ((tag as u64) ^ ((tag as u64) << 31)).wrapping_mul(MIX);
+        ((h >> (16 * row)) as usize) & (self.sketch_width - 1)
+    }
+
+    fn counter(&self, row: usize, i: usize) -> u8 {
+        ((self.sketch_word(row, i).load(Relaxed) >> ((i % 16) * 4)) & 0xf) as u8
+    }
+
+    /// The sketch's estimate of how often the key of `tag` was seen.
+    fn estimate(&self, tag: u32) -> u8 {
+        (0..4).map(|r| self.counter(r, self.sketch_index(tag, r))).min().unwrap_or(0)
+    }
+
+    /// Whether a candidate of `cand` (a tag) takes the place of `victim`.
+    fn wins(&self, cand: u32, victim: u32) -> bool {
+        self.estimate(cand) > self.estimate(victim).saturating_add(ADMIT_MARGIN)
+    }
+
+    // ---- replaying a handle's samples ----
+
+    /// After a write of a handle whose samples are `samples` (shard `i`):
+    /// replay them through the miniatures if their lock is free (else
+    /// they wait for the handle's next write), or, in a shard that
+    /// samples nothing, ask now and then whether that changed.
+    pub(crate) fn replay_samples(&self, samples: &Samples, i: usize) {
+        let s = &samples.shards[i];
+        if s.len.load(Relaxed) == 0 {
+            if s.log2.load(Relaxed) >= 31 {
+                let writes = s.writes.load(Relaxed).wrapping_add(1);
+                s.writes.store(writes, Relaxed);
+                if writes % RATE_REFRESH == 1 {
+                    let log2 = if self.policy_learns() {
+                        (self.pol_word(pol::SAMPLE).load(Relaxed) as u32).min(31)
+                    } else {
+                        31
+                    };
+                    samples.set_rate(s, log2);
+                }
+            }
+            return;
+        }
+        let busy = s.busy.load(Relaxed);
+        let Some(minis) = self.try_minis(busy % HOLDER_CHECK == HOLDER_CHECK - 1) else {
+            s.busy.store(busy.wrapping_add(1), Relaxed);
+            return;
+        };
+        s.busy.store(0, Relaxed);
+        let n = (s.len.swap(0, Relaxed) as usize).min(SAMPLES_PER_SHARD);
+        let mut log2 = 31;
+        if self.policy_learns() {
+            for t in &s.tags[..n] {
+                let tag = t.load(Relaxed);
+                minis.replay(tag & !STORED, tag & STORED == 0);
+            }
+            log2 = (minis.pol(pol::SAMPLE) as u32).min(31);
+        }
+        drop(minis);
+        samples.set_rate(s, log2);
+    }
+
+    /// Free the miniatures' lock while no other process has the file
+    /// mapped (a holder from before is gone: its pid may name another
+    /// process by now).
+    pub(super) fn free_minis_lock(&self) {
+        self.pol_word(pol::MINIS_LOCK).store(0, Relaxed);
+    }
+
+    /// The miniatures, if their lock is free (or its holder died: asked
+    /// only when `check_holder`, it costs a system call).
+    fn try_minis(&self, check_holder: bool) -> Option<Minis<'_>> {
+        // SAFETY: the lock word is the low half of the 8-aligned
+        // `MINIS_LOCK` word of the policy header, inside the mapping.
+        let word = unsafe { self.base.add(self.policy_off + pol::MINIS_LOCK) as *mut u32 };
+        // `then`, not `then_some`: a Minis made and dropped would unlock.
+        // SAFETY: as above.
+        unsafe { lock::try_lock_hint(word, check_holder) }.then(|| Minis { shard: self, word })
+    }
+}
+
+/// The miniatures, under their own lock: a replay is work no write needs
+/// done before it returns, so it runs after the shard's lock is let go,
+/// and a handle that finds the miniatures busy leaves its samples for
+/// later. The lock is only ever tried (never waited for), and its holder
+/// touches the miniatures, their header words (`SAMPLE`, `MINI_*`) and
+/// the adaptive choice in `MODE`; it reads the sketch, which the shard's
+/// lock holder writes. Every word is an atomic and every value a hint,
+/// so what the two see of each other's half-done work can make the
+/// policy choose badly, never read or write outside the region.
+struct Minis<'a> {
+    shard: &'a Shard,
+    word: *mut u32,
+}
+
+impl Drop for Minis<'_> {
+    fn drop(&mut self) {
+        // SAFETY: this holder took the word in Shard::try_minis.
+        unsafe { lock::unlock_hint(self.word) }
+    }
+}
+
+impl Minis<'_> {
+    fn pol(&self, field: usize) -> u64 {
+        self.shard.pol_word(field).load(Relaxed)
+    }
+
+    fn set_pol(&self, field: usize, v: u64) {
+        self.shard.pol_word(field).store(v, Relaxed);
+    }
 
     /// The sample rate's log2, moved so that a miniature holds between
-    /// `MINI_LEAST` and its record count (a move empties them); and the
+    /// `MINI_ENTRIES` and its record count (a move empties them); and the
     /// entries each holds.
     fn sample(&self) -> (u32, usize) {
+        let shard = self.shard;
         // The entries the shard holds when full: its arena over the mean
         // entry so far, within the index's load limit. Known from the first
         // entries on, so the rate does not move (and empty the miniatures)
         // while the shard fills.
-        let live = self.hdr(crate::layout::sh::LIVE_BYTES) as usize;
-        let count = self.hdr(crate::layout::sh::ITEMS) as usize;
-        let limit = self.shard.slots * 3 / 4;
+        let live = shard.header_atomic(sh::LIVE_BYTES).load(Relaxed) as usize;
+        let count = shard.header_atomic(sh::ITEMS).load(Relaxed) as usize;
+        let limit = shard.slots * 3 / 4;
         let items = if count == 0 || live < count {
             count.min(limit)
         } else {
-            (self.shard.arena_size / (live / count).max(ENTRY_HEADER)).min(limit)
+            (shard.arena_size / (live / count).max(ENTRY_HEADER)).min(limit)
         };
         // One key in 2^log2: up to one in `2^MINI_RATE_LOG2` while that
         // leaves a miniature `MINI_ENTRIES` entries or more (80 to 160),
         // then fewer, keeping it within its records. Each bound has room
         // to spare on the other side (a rate that moved back and forth
         // would empty the miniatures at every move).
-        let recs = self.shard.mini_records;
+        let recs = shard.mini_records;
         let mut log2 = (self.pol(pol::SAMPLE) as u32).min(31);
         let start = log2;
         for _ in 0..64 {
@@ -413,7 +630,7 @@ impl ShardGuard<'_> {
             self.set_pol(pol::MINI_HITS, 0);
             self.set_pol(pol::MINI_HITS + 8, 0);
         }
-        (log2, (items >> log2).clamp(1, self.shard.mini_records))
+        (log2, (items >> log2).clamp(1, shard.mini_records))
     }
 
     fn mini_base(&self, m: usize) -> usize {
@@ -422,35 +639,27 @@ impl ShardGuard<'_> {
     }
 
     fn mini(&self, m: usize, field: usize) -> usize {
-        // SAFETY: a word of miniature m's header, inside the body, 8-aligned.
-        unsafe {
-            ptr::read_volatile(self.body_ptr(self.mini_base(m) + field) as *const u64) as usize
-        }
+        self.shard.body_u64(self.mini_base(m) + field).load(Relaxed) as usize
     }
 
     fn set_mini(&self, m: usize, field: usize, v: usize) {
-        // SAFETY: as in mini; the lock is held.
-        unsafe {
-            ptr::write_volatile(self.body_ptr(self.mini_base(m) + field) as *mut u64, v as u64)
-        }
+        self.shard.body_u64(self.mini_base(m) + field).store(v as u64, Relaxed);
     }
 
     /// Record `i` of miniature `m`: the main part's for `i < minis`, then
     /// the window ring's.
-    fn rec_ptr(&self, m: usize, i: usize) -> *mut u32 {
+    fn rec_word(&self, m: usize, i: usize) -> &AtomicU32 {
         let recs = self.shard.mini_records;
         assert!(i < recs + recs / 8);
-        self.body_ptr(self.mini_base(m) + 64 + 4 * i) as *mut u32
+        self.shard.body_u32(self.mini_base(m) + 64 + 4 * i)
     }
 
     fn rec(&self, m: usize, i: usize) -> u32 {
-        // SAFETY: rec_ptr checks i against the records; 4-aligned.
-        unsafe { ptr::read_volatile(self.rec_ptr(m, i)) }
+        self.rec_word(m, i).load(Relaxed)
     }
 
     fn set_rec(&self, m: usize, i: usize, v: u32) {
-        // SAFETY: as in rec; the lock is held.
-        unsafe { ptr::write_volatile(self.rec_ptr(m, i), v) }
+        self.rec_word(m, i).store(v, Relaxed);
     }
 
     /// Replay a request for the key of `tag` through both miniatures if
@@ -459,7 +668,7 @@ impl ShardGuard<'_> {
     /// stores the key (as a cache-aside caller does). A store of an absent
     /// key is not a request of its own (a read missed it first, or nothing
     /// asked for it): it only puts the key in the miniatures.
-    fn replay_sampled(&self, tag: u32, counted: bool) {
+    fn replay(&self, tag: u32, counted: bool) {
         let (log2, entries) = self.sample();
         if tag & ((1u32 << log2) - 1) != 0 {
             return;
@@ -486,15 +695,16 @@ impl ShardGuard<'_> {
         // Strict admission costs more per write (a full head is judged in
         // one write): a shard turns strict only on a clear win, and back as
         // soon as lenient admission hits more.
-        let mode = self.pol(pol::MODE);
-        let strict = if mode & RUNS_STRICT == 0 {
-            hits[0] > hits[1].saturating_add(hits[1] / STRICT_WIN_RATIO + STRICT_WIN_HITS)
-        } else {
-            hits[0] >= hits[1]
-        };
-        if strict != (mode & RUNS_STRICT != 0) {
-            self.set_pol(pol::MODE, mode & !RUNS_STRICT | if strict { RUNS_STRICT } else { 0 });
-        }
+        let word = self.shard.pol_word(pol::MODE);
+        let _ = word.fetch_update(Relaxed, Relaxed, |mode| {
+            let strict = if mode & RUNS_STRICT == 0 {
+                hits[0] > hits[1].saturating_add(hits[1] / STRICT_WIN_RATIO + STRICT_WIN_HITS)
+            } else {
+                hits[0] >= hits[1]
+            };
+            (strict != (mode & RUNS_STRICT != 0))
+                .then_some(mode & !RUNS_STRICT | if strict { RUNS_STRICT } else { 0 })
+        });
     }
 
     /// One request for `fp` in miniature `m` (0 strict, 1 lenient) of
@@ -549,7 +759,7 @@ impl ShardGuard<'_> {
             let v = self.mini_victim(m, main_len);
             let admit = m == 1
                 || cand & REC_VISITED != 0
-                || self.wins(cand & !REC_VISITED, self.rec(m, v) & !REC_VISITED);
+                || self.shard.wins(cand & !REC_VISITED, self.rec(m, v) & !REC_VISITED);
             if admit {
                 self.mini_forget(m, v);
                 self.mini_move(m, from, v);
@@ -572,20 +782,18 @@ impl ShardGuard<'_> {
         (2 * (recs + recs / 8)).next_power_of_two()
     }
 
-    fn slot_ptr(&self, m: usize, j: usize) -> *mut u16 {
+    fn slot_word(&self, m: usize, j: usize) -> &AtomicU16 {
         let recs = self.shard.mini_records;
         assert!(j < self.index_len());
-        self.body_ptr(self.mini_base(m) + 64 + 4 * (recs + recs / 8) + 2 * j) as *mut u16
+        self.shard.body_u16(self.mini_base(m) + 64 + 4 * (recs + recs / 8) + 2 * j)
     }
 
     fn index_slot(&self, m: usize, j: usize) -> usize {
-        // SAFETY: slot_ptr checks j against the index; 2-aligned.
-        unsafe { ptr::read_volatile(self.slot_ptr(m, j)) as usize }
+        self.slot_word(m, j).load(Relaxed) as usize
     }
 
     fn set_index_slot(&self, m: usize, j: usize, v: usize) {
-        // SAFETY: as in index_slot; the lock is held.
-        unsafe { ptr::write_volatile(self.slot_ptr(m, j), v as u16) }
+        self.slot_word(m, j).store(v as u16, Relaxed);
     }
 
     fn home(&self, fp: u32) -> usize {
