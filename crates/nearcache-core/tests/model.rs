@@ -7,7 +7,7 @@
 
 mod common;
 use common::*;
-use nearcache_core::FLAG_INT;
+use nearcache_core::{EvictionMode, FLAG_INT};
 use proptest::prelude::*;
 use std::collections::HashMap;
 
@@ -57,17 +57,24 @@ fn run(ops: &[Op], size: usize, shards: usize, may_evict: bool) {
 }
 
 fn run_with(ops: &[Op], options: nearcache_core::OpenOptions, may_evict: bool) {
-    run_keys(ops, options, may_evict, 64)
+    run_keys(ops, options, may_evict, 64, EvictionMode::Lenient)
 }
 
 /// Run `ops` over a space of `space` keys (64: mostly overwrites; 255:
-/// mostly new keys once the cache is full). The shards are checked
-/// (`Cache::check`) every 50 operations and at the end.
-fn run_keys(ops: &[Op], options: nearcache_core::OpenOptions, may_evict: bool, space: u8) {
+/// mostly new keys once the cache is full), the file set to `mode`. The
+/// shards are checked (`Cache::check`) every 50 operations and at the end.
+fn run_keys(
+    ops: &[Op],
+    options: nearcache_core::OpenOptions,
+    may_evict: bool,
+    space: u8,
+    mode: EvictionMode,
+) {
     let key = |k: u8| key_of(k, space);
     let d = TempDir::new("model");
     let path = d.file("c");
     let c = nearcache_core::Cache::open(&path, &options).unwrap();
+    c.set_eviction_mode(mode).unwrap();
     let mut m: Model = HashMap::new();
     // Compare a cache answer with the model; with eviction, a miss is
     // allowed (and forgets the key), a wrong value never is.
@@ -234,6 +241,22 @@ proptest! {
         // no longer holds, so few dead copies pile up and compactions
         // evict from the SIEVE hand on (`compact_from_hand`), marking and
         // purging slots in place, with gets setting visited marks.
-        run_keys(&ops, opts(64 << 10, 1), true, 255);
+        run_keys(&ops, opts(64 << 10, 1), true, 255, EvictionMode::Lenient);
+    }
+
+    #[test]
+    fn never_wrong_under_strict_and_adaptive_admission(
+        ops in proptest::collection::vec(
+            op().prop_filter("no clear: the shard must fill up", |o| !matches!(o, Op::Clear)),
+            200..1000,
+        ),
+        adaptive in any::<bool>(),
+    ) {
+        // As above, admitting strictly: compactions judge the window
+        // (from the hand while the victims before the window suffice,
+        // else over the whole arena), candidates and victims dropped
+        // while gets set marks; or adaptively, the miniatures fed.
+        let mode = if adaptive { EvictionMode::Adaptive } else { EvictionMode::Strict };
+        run_keys(&ops, opts(64 << 10, 1), true, 255, mode);
     }
 }

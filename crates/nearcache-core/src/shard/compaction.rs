@@ -18,6 +18,10 @@
 //!   are rewritten in place and the evicted ones' purged cluster by
 //!   cluster, so a compaction costs what lies behind the hand, not the
 //!   whole shard.
+//!   A strict compaction (`policy.rs`) does the same when the victims
+//!   between the hand and the window suffice for the window's candidates;
+//!   only when the hand would have to pass the window does it judge over
+//!   the whole arena.
 //! * Every compaction is a move (`seq` odd while it runs) under
 //!   `REWRITING`: a holder that dies inside one leaves the shard to be
 //!   reset, not salvaged.
@@ -282,9 +286,10 @@ impl<'a> ShardGuard<'a> {
         // The items counter comes from shared memory: bound it before
         // trusting it as an allocation size.
         let items = (self.hdr(sh::ITEMS) as usize).min(active);
-        // Strict admission judges the window first, over the whole arena.
+        // Strict admission judges the window first: from the hand when the
+        // victims after it suffice, else over the whole arena.
         let strict = evict && self.strict();
-        if evict && !strict && self.compact_from_hand(need, bump, reserved, active, items, t)? {
+        if evict && self.compact_from_hand(need, bump, reserved, active, items, t, strict)? {
             return Ok(());
         }
         self.note_examined(bump);
@@ -423,10 +428,16 @@ impl<'a> ShardGuard<'a> {
     /// are then purged by re-placing the clusters they sit in. Its cost
     /// follows the part of the arena behind the hand, not the whole shard.
     ///
+    /// `strict`: the window (the entries from `window_start` on, at the
+    /// end of the part behind the hand) is judged as the full strict
+    /// compaction judges it, its candidates meeting the victims the hand
+    /// finds before the window.
+    ///
     /// Ok(false), with nothing changed, when it does not apply: the hand
     /// at the start (a full compaction is the same work), dead copies
     /// before the hand worth reclaiming (more than the compaction frees),
-    /// or not enough to free behind the hand (the hand has to wrap around).
+    /// or not enough to free behind the hand (the hand has to wrap around;
+    /// strict: it would have to pass the window's start).
     #[allow(clippy::too_many_arguments)]
     fn compact_from_hand(
         &self,
@@ -436,12 +447,18 @@ impl<'a> ShardGuard<'a> {
         active: usize,
         items: usize,
         t: u64,
+        strict: bool,
     ) -> Check<bool> {
         let hand = self.hdr(sh::HAND) as usize;
-        let (free_target, max_items) =
-            Self::eviction_targets(need, reserved, active, COMPACT_FREE_PERCENT);
+        let percent = if strict { STRICT_FREE_PERCENT } else { COMPACT_FREE_PERCENT };
+        let (free_target, max_items) = Self::eviction_targets(need, reserved, active, percent);
         let live_bytes = (self.hdr(sh::LIVE_BYTES) as usize).min(bump);
-        if hand == 0 || hand >= bump || bump - live_bytes > free_target {
+        let window = self.window_start();
+        if hand == 0
+            || hand >= bump
+            || bump - live_bytes > free_target
+            || strict && !(hand < window && window <= bump)
+        {
             return Ok(false);
         }
         // What lies behind the hand, and the slot of each live entry.
@@ -492,28 +509,66 @@ impl<'a> ShardGuard<'a> {
         };
         let mut evicted = 0u64;
         let mut cleared = Vec::new();
-        let mut stop = region.len();
-        for k in 0..region.len() {
-            if met(freed, items_after) {
-                stop = k;
-                break;
-            }
-            if drop[k] {
-                continue;
-            }
-            if visited[k] {
+        // Strict: the window's entries are the candidates, and the hand
+        // stops at the window; lenient: the hand may walk all of it.
+        let judged = if strict {
+            region.iter().position(|e| e.off >= window).unwrap_or(region.len())
+        } else {
+            region.len()
+        };
+        let mut hand_at = 0;
+        let mut unjudged = None;
+        // The hand's next victim before `judged`: visited entries it passes
+        // are kept with their mark cleared. None: it reached the window.
+        let mut next_victim = |hand_at: &mut usize, drop: &[bool], visited: &mut [bool]| {
+            while *hand_at < judged {
+                let k = *hand_at;
+                *hand_at += 1;
+                if drop[k] {
+                    continue;
+                }
+                if !visited[k] {
+                    return Some(k);
+                }
                 visited[k] = false;
                 cleared.push(tags[k]);
-            } else {
-                drop[k] = true;
-                freed += region[k].size;
-                items_after = items_after.saturating_sub(1);
-                evicted += 1;
             }
+            None
+        };
+        for c in judged..region.len() {
+            if drop[c] || visited[c] {
+                continue;
+            }
+            if met(freed, items_after) {
+                unjudged = Some(c);
+                break;
+            }
+            let Some(v) = next_victim(&mut hand_at, &drop, &mut visited) else {
+                return Ok(false);
+            };
+            // The loser goes; a candidate that loses leaves the hand on its
+            // victim, which the next candidate meets.
+            let gone = if self.wins(tags[c], tags[v]) {
+                v
+            } else {
+                hand_at = v;
+                c
+            };
+            drop[gone] = true;
+            freed += region[gone].size;
+            items_after = items_after.saturating_sub(1);
+            evicted += 1;
         }
-        if !met(freed, items_after) {
-            return Ok(false);
+        while !met(freed, items_after) {
+            let Some(v) = next_victim(&mut hand_at, &drop, &mut visited) else {
+                return Ok(false);
+            };
+            drop[v] = true;
+            freed += region[v].size;
+            items_after = items_after.saturating_sub(1);
+            evicted += 1;
         }
+        let stop = hand_at;
         // The hits the hand cleared reach the sketch (`policy.rs`).
         for tag in cleared {
             self.note_hit(tag);
@@ -522,6 +577,7 @@ impl<'a> ShardGuard<'a> {
         // slots of the live entries dropped become tombstones.
         let mut slider = Slider::new(hand);
         let mut new_hand = None;
+        let mut new_window = None;
         let mut purge = Vec::new();
         let mut dropped_live_bytes = 0;
         for (k, e) in region.iter().enumerate() {
@@ -537,6 +593,9 @@ impl<'a> ShardGuard<'a> {
             if k >= stop && new_hand.is_none() {
                 new_hand = Some(slider.write);
             }
+            if unjudged.is_some_and(|u| k >= u) && new_window.is_none() {
+                new_window = Some(slider.write);
+            }
             let at = slider.keep(self, e);
             let mark = if visited[k] { SLOT_VISITED } else { 0 };
             let v = Self::tagged_slot(tags[k], at) | mark;
@@ -545,7 +604,9 @@ impl<'a> ShardGuard<'a> {
             }
         }
         let write = slider.flush(self);
-        self.set_window_start(write);
+        // The window starts at its first entry left unjudged, else at the
+        // end.
+        self.set_window_start(new_window.unwrap_or(write));
         let mut purged = 0;
         let mut keep = Vec::new();
         for p in purge {
