@@ -1149,8 +1149,8 @@ class Cache(PolicyMethods):
 
     @property
     def eviction_mode(self) -> str:
-        """How the shards choose what to admit when full: ``"lenient"`` (the
-        default), ``"adaptive"`` or ``"strict"``.
+        """How the shards choose what to admit when full: ``"adaptive"``
+        (the default), ``"strict"`` or ``"lenient"``.
 
         Lenient is SIEVE: every new entry is admitted and the hand evicts
         entries not read since it last passed.  Strict is W-TinyLFU's
@@ -1159,19 +1159,22 @@ class Cache(PolicyMethods):
         a loop or a scan larger than the cache from turning it over.
         Adaptive shards run whichever of the two a miniature cache of each,
         replaying a sample of the shard's keys, hits more with (strict only
-        on a clear win).  Adaptive and strict cost more per write than
-        lenient (``docs/benchmarks.md``, "Eviction on traces"): choose them
-        for workloads with loops or scans.  Setting it pins the mode for the
-        file, for every process (kept across a resize);
+        on a clear win): SIEVE's hit ratio where recency pays, strict
+        admission's where loops and scans would turn the cache over.
+        Lenient costs the least per read and write (it learns nothing:
+        ``docs/benchmarks.md``, "Eviction on traces", has what the others
+        cost); pin it for a workload known to favour recency, and
+        ``"strict"`` for one known to loop.  Setting it pins the mode for
+        the file, for every process (kept across a resize);
         ``InvalidArgumentError`` for another value.
 
         >>> c = Cache("doc-eviction", size="1MiB", recreate=True)
         >>> c.eviction_mode
-        'lenient'
-        >>> c.eviction_mode = "adaptive"
-        >>> c.eviction_mode
         'adaptive'
         >>> c.eviction_mode = "lenient"
+        >>> c.eviction_mode
+        'lenient'
+        >>> c.eviction_mode = "adaptive"
         """
         return self._native.eviction_mode()
 

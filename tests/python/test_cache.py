@@ -722,25 +722,28 @@ def test_a_removed_default_directory_is_made_again_private(
 
 def test_eviction_mode_is_pinned_for_the_file(make_cache: Callable[..., Cache]) -> None:
     c = make_cache()
-    assert c.eviction_mode == "lenient"
+    assert c.eviction_mode == "adaptive", "a new file's default"
     c.eviction_mode = "strict"
     other = make_cache()  # the same path: another handle on the file
     assert other.eviction_mode == "strict"
     with pytest.raises(nearcache.InvalidArgumentError, match="'adaptive', 'strict' or 'lenient'"):
         c.eviction_mode = "lru"
     assert c.eviction_mode == "strict", "a refused mode changes nothing"
-    c.eviction_mode = "adaptive"
-    assert other.eviction_mode == "adaptive"
+    c.eviction_mode = "lenient"
+    assert other.eviction_mode == "lenient"
 
 
 def test_strict_admission_keeps_a_loop_that_lenient_loses(make_cache: Callable[..., Cache]) -> None:
     # A loop over more keys than the cache holds: SIEVE (lenient) evicts
     # every key before it comes back; strict admission keeps most of the
-    # entries the cache holds for the whole loop.
+    # entries the cache holds for the whole loop, and so does the default
+    # (adaptive: its shards turn strict once their miniatures see it).
     hits = {}
-    for mode in ("lenient", "strict"):
+    for mode in ("lenient", "strict", "adaptive"):
         c = make_cache(mode, size="512KiB")
-        c.eviction_mode = mode
+        if mode != "adaptive":
+            c.eviction_mode = mode
+        assert c.eviction_mode == mode
         held = 0
         for i in range(4096):
             c.set(f"k{i}", b"x" * 100)
@@ -757,3 +760,4 @@ def test_strict_admission_keeps_a_loop_that_lenient_loses(make_cache: Callable[.
         assert held < 4096
     assert hits["lenient"] < 0.05, hits
     assert hits["strict"] > 0.3, hits
+    assert hits["adaptive"] > 0.3, hits

@@ -12,7 +12,7 @@ import pytest
 from nearcache.bench import runner
 from nearcache.bench.tracefiles import Trace, panel, read_trace, write_oracle_general
 from nearcache.bench.workloads import PROFILES
-from nearcache.bench.workloads.traces import NEARCACHE, NEARCACHE_ADAPTIVE, Traces
+from nearcache.bench.workloads.traces import NEARCACHE, NEARCACHE_LENIENT, Traces
 from nearcache.bench.workloads.zipf import lru_hit_ratio
 from nearcache.cli import main
 
@@ -102,11 +102,12 @@ def test_traces_workload_tiny(tmp_path: Path) -> None:
         # every row got nearcache's measured count
         assert all(m.metrics["entries"] == entries for m in case.measurements)
         rows = {m.backend: m.metrics["hit_ratio"] for m in case.measurements}
-        # nearcache again, its shards choosing their admission, same file
-        adaptive = case.get(NEARCACHE_ADAPTIVE)
-        assert adaptive is not None and adaptive.info["file_bytes"] == nc.info["file_bytes"]
-        assert adaptive.metrics["entries_held"] > 0
-        assert 0 <= adaptive.metrics["strict_shards"] <= nc.info["shards"]
+        # the default's shards choose their admission
+        assert 0 <= nc.metrics["strict_shards"] <= nc.info["shards"]
+        # nearcache again, pinned lenient (SIEVE), same file
+        lenient = case.get(NEARCACHE_LENIENT)
+        assert lenient is not None and lenient.info["file_bytes"] == nc.info["file_bytes"]
+        assert lenient.metrics["entries_held"] > 0
         for name in ("LRU", "SIEVE", "S3-FIFO", "W-TinyLFU", "ARC", "LIRS", "Belady"):
             assert f"{name} (libCacheSim)" in rows
         assert "cachetools LRU" in rows

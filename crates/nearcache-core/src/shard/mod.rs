@@ -345,6 +345,7 @@ impl Shard {
         }
         g.set_hdr(sh::SEQ, self.fresh_seq());
         g.repair();
+        g.pin_eviction(EvictionMode::default());
         g.set_hdr(sh::MAGIC, SHARD_MAGIC);
         Ok(())
     }

@@ -16,11 +16,11 @@
 //!   counts the candidate more than once more often, otherwise the
 //!   candidate goes. That keeps a loop or a scan larger than the cache
 //!   from turning the cache over, which no recency policy can.
-//! * The file's mode (`EvictionMode`, in every shard's header): lenient
-//!   (the default), strict, or adaptive: each shard runs the mode of the
-//!   miniature with more hits lately, turning strict only on a clear win
-//!   (strict admission costs writes more). A lenient file learns nothing:
-//!   neither structure is fed.
+//! * The file's mode (`EvictionMode`, in every shard's header): adaptive
+//!   (the default: each shard runs the mode of the miniature with more
+//!   hits lately, turning strict only on a clear win, as strict admission
+//!   costs writes more), strict, or lenient. A lenient file learns
+//!   nothing: neither structure is fed.
 //! * The sketch: a count-min sketch of four rows of 4-bit counters,
 //!   conservative update, halved every ten times the shard's entries
 //!   additions (TinyLFU's reset). It learns a key when the key is stored
@@ -70,8 +70,9 @@ use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, Ordering::R
 
 /// Words of the policy region's header.
 mod pol {
-    /// Bits 0-1: the mode of the file (0 lenient, the default; 1 strict;
-    /// 2 adaptive); bit 8: adaptive, the miniatures chose strict.
+    /// Bits 0-1: the mode of the file (0 lenient; 1 strict; 2 adaptive,
+    /// which a new file's shards are set to); bit 8: adaptive, the
+    /// miniatures chose strict.
     pub const MODE: usize = 0;
     /// Sketch additions since it was last halved.
     pub const SKETCH_ADDS: usize = 8;
@@ -105,15 +106,19 @@ const PIN_MASK: u64 = 3;
 const RUNS_STRICT: u64 = 1 << 8;
 
 /// How a file's shards choose their admission mode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum EvictionMode {
-    /// Each shard runs the mode its miniature caches do better with.
+    /// Each shard runs the mode its miniature caches do better with: the
+    /// default, set in every shard of a new file.
+    #[default]
     Adaptive,
     /// Every new entry must win its place against the entry it would
     /// evict: frequency-aware, resists loops and scans.
     Strict,
-    /// Every new entry is admitted (SIEVE): recency-friendly, and the
-    /// default: the other two cost more per write (see the module docs).
+    /// Every new entry is admitted (SIEVE): recency-friendly; learns
+    /// nothing, so it costs the least per read and write (see the module
+    /// docs). Files made before adaptive admission became the default
+    /// (their pin is 0) stay lenient.
     Lenient,
 }
 
@@ -273,8 +278,8 @@ impl ShardGuard<'_> {
     }
 
     /// Whether the policy learns at all: not in a file that admits
-    /// leniently (the default: SIEVE, which needs neither the sketch nor
-    /// the miniatures), nor before a lazy shard reserved its body.
+    /// leniently (SIEVE, which needs neither the sketch nor the
+    /// miniatures), nor before a lazy shard reserved its body.
     fn learns(&self) -> bool {
         self.mode() & PIN_MASK != 0 && self.shard.policy_armed()
     }
