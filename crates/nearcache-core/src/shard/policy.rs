@@ -19,8 +19,10 @@
 //! * The file's mode (`EvictionMode`, in every shard's header): adaptive
 //!   (the default: each shard runs the mode of the miniature with more
 //!   hits lately, turning strict only on a clear win, as strict admission
-//!   costs writes more), strict, or lenient. A lenient file learns
-//!   nothing: neither structure is fed.
+//!   costs writes more; until its miniatures have seen enough, a shard
+//!   admits strictly unless lenient admission already hits more, so that
+//!   a loop is held from its start), strict, or lenient. A lenient file
+//!   learns nothing: neither structure is fed.
 //! * The sketch: a count-min sketch of four rows of 4-bit counters,
 //!   conservative update, halved every ten times the shard's entries
 //!   additions (TinyLFU's reset). It learns a key when the key is stored
@@ -102,8 +104,14 @@ mod mini {
 }
 
 const PIN_MASK: u64 = 3;
-/// The miniatures chose strict admission; a new shard starts lenient.
+/// The miniatures chose strict admission.
 const RUNS_STRICT: u64 = 1 << 8;
+/// The miniatures have seen enough to choose (their first period of
+/// `MINI_DECAY` times their entries of sampled requests): until then an
+/// adaptive shard admits strictly, so that a loop is held from the start
+/// and a workload that favours recency costs strict admission's writes
+/// only while the shard warms up.
+const WARM: u64 = 1 << 9;
 
 /// How a file's shards choose their admission mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -292,7 +300,7 @@ impl ShardGuard<'_> {
         }
         match mode & PIN_MASK {
             1 => true,
-            2 => mode & RUNS_STRICT != 0,
+            2 => mode & (RUNS_STRICT | WARM) != WARM,
             _ => false,
         }
     }
@@ -690,25 +698,30 @@ impl Minis<'_> {
             *h = h.saturating_add(self.mini_access(m, fp, entries, true) as u64);
         }
         let mut requests = self.pol(pol::MINI_REQUESTS).saturating_add(1);
-        if requests >= MINI_DECAY * entries as u64 {
+        let warmed = requests >= MINI_DECAY * entries as u64;
+        if warmed {
             requests = 0;
             hits = hits.map(|h| h / 2);
         }
         self.set_pol(pol::MINI_REQUESTS, requests);
         self.set_pol(pol::MINI_HITS, hits[0]);
         self.set_pol(pol::MINI_HITS + 8, hits[1]);
-        // Strict admission costs more per write (a full head is judged in
-        // one write): a shard turns strict only on a clear win, and back as
-        // soon as lenient admission hits more.
+        // Strict admission costs more per write: once warm, a shard turns
+        // strict only on a clear win, and back as soon as lenient admission
+        // hits as much.
+        // A shard still warming up (strict) turns lenient as soon as
+        // lenient admission hits more, by more than noise: strict admission
+        // is kept only while it may be what holds a loop.
+        let clearly = |a: u64, b: u64| a > b.saturating_add(b / STRICT_WIN_RATIO + STRICT_WIN_HITS);
         let word = self.shard.pol_word(pol::MODE);
         let _ = word.fetch_update(Relaxed, Relaxed, |mode| {
-            let strict = if mode & RUNS_STRICT == 0 {
-                hits[0] > hits[1].saturating_add(hits[1] / STRICT_WIN_RATIO + STRICT_WIN_HITS)
-            } else {
-                hits[0] >= hits[1]
-            };
-            (strict != (mode & RUNS_STRICT != 0))
-                .then_some(mode & !RUNS_STRICT | if strict { RUNS_STRICT } else { 0 })
+            let strict =
+                if mode & RUNS_STRICT == 0 { clearly(hits[0], hits[1]) } else { hits[0] > hits[1] };
+            let warm = warmed || hits[1] > hits[0].saturating_add(STRICT_WIN_HITS);
+            let new = mode & !RUNS_STRICT
+                | if strict { RUNS_STRICT } else { 0 }
+                | if warm { WARM } else { 0 };
+            (new != mode).then_some(new)
         });
     }
 
