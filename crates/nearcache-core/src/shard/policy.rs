@@ -305,6 +305,17 @@ impl ShardGuard<'_> {
         }
     }
 
+    /// Whether the sketch counts every key: in a shard that admits
+    /// strictly by choice (pinned, or adaptive on a clear win), not in one
+    /// warming up, which counts the sampled keys as a lenient shard does
+    /// (its duels then keep the resident unless a sampled candidate was
+    /// seen more often; a write costs what it does in a lenient shard).
+    fn counts_all(&self) -> bool {
+        let mode = self.mode();
+        self.shard.policy_armed()
+            && (mode & PIN_MASK == 1 || mode & PIN_MASK == 2 && mode & RUNS_STRICT != 0)
+    }
+
     /// Whether the shard runs strict now (`strict`, for statistics).
     pub(crate) fn runs_strict(&self) -> bool {
         self.strict()
@@ -352,7 +363,7 @@ impl ShardGuard<'_> {
             return;
         }
         let sampled = self.shard.sampled(tag);
-        if sampled || self.strict() {
+        if sampled || self.counts_all() {
             self.sketch_add(tag);
         }
         if sampled {
@@ -365,7 +376,7 @@ impl ShardGuard<'_> {
     /// The hand cleared the visited bit of the entry of `tag`: a hit, or
     /// several, for the sketch.
     pub(super) fn note_hit(&self, tag: u32) {
-        if self.learns() && (self.shard.sampled(tag) || self.strict()) {
+        if self.learns() && (self.shard.sampled(tag) || self.counts_all()) {
             self.sketch_add(tag);
         }
     }
@@ -507,23 +518,34 @@ impl Shard {
     /// replay them through the miniatures if their lock is free (else
     /// they wait for the handle's next write), or, in a shard that
     /// samples nothing, ask now and then whether that changed.
+    #[inline]
     pub(crate) fn replay_samples(&self, samples: &Samples, i: usize) {
         let s = &samples.shards[i];
-        if s.len.load(Relaxed) == 0 {
-            if s.log2.load(Relaxed) >= 31 {
-                let writes = s.writes.load(Relaxed).wrapping_add(1);
-                s.writes.store(writes, Relaxed);
-                if writes % RATE_REFRESH == 1 {
-                    let log2 = if self.policy_learns() {
-                        (self.pol_word(pol::SAMPLE).load(Relaxed) as u32).min(31)
-                    } else {
-                        31
-                    };
-                    samples.set_rate(s, log2);
-                }
+        if s.len.load(Relaxed) != 0 {
+            self.replay_now(samples, s);
+        } else if s.log2.load(Relaxed) >= 31 {
+            let writes = s.writes.load(Relaxed).wrapping_add(1);
+            s.writes.store(writes, Relaxed);
+            if writes % RATE_REFRESH == 1 {
+                self.refresh_rate(samples, s);
             }
-            return;
         }
+    }
+
+    /// Ask a shard that samples nothing for its rate (its file may have
+    /// been set to adaptive or strict admission since).
+    #[cold]
+    fn refresh_rate(&self, samples: &Samples, s: &ShardSamples) {
+        let log2 = if self.policy_learns() {
+            (self.pol_word(pol::SAMPLE).load(Relaxed) as u32).min(31)
+        } else {
+            31
+        };
+        samples.set_rate(s, log2);
+    }
+
+    /// `replay_samples` with samples to replay.
+    fn replay_now(&self, samples: &Samples, s: &ShardSamples) {
         let busy = s.busy.load(Relaxed);
         let Some(minis) = self.try_minis(busy % HOLDER_CHECK == HOLDER_CHECK - 1) else {
             s.busy.store(busy.wrapping_add(1), Relaxed);
@@ -687,16 +709,13 @@ impl Minis<'_> {
             return;
         }
         let fp = (tag & !REC_VISITED).max(1);
-        if !counted {
-            for m in 0..2 {
-                self.mini_access(m, fp, entries, false);
-            }
-            return;
-        }
         let mut hits = [self.pol(pol::MINI_HITS), self.pol(pol::MINI_HITS + 8)];
         for (m, h) in hits.iter_mut().enumerate() {
-            *h = h.saturating_add(self.mini_access(m, fp, entries, true) as u64);
+            let hit = self.mini_access(m, fp, entries, counted);
+            *h = h.saturating_add((hit && counted) as u64);
         }
+        // A store counts towards the period too: a shard only written to
+        // (nothing to hit) warms up all the same.
         let mut requests = self.pol(pol::MINI_REQUESTS).saturating_add(1);
         let warmed = requests >= MINI_DECAY * entries as u64;
         if warmed {
