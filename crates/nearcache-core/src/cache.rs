@@ -409,8 +409,9 @@ impl Store {
     /// public [`Cache`] follows).
     #[inline]
     fn lock_for_write<'a>(&'a self, shard: &'a Shard) -> Result<ShardGuard<'a>> {
-        let samples = Some((&self.read_samples, self.index_of(shard)));
-        let g = shard.lock_sampled(self.lock_timeout, samples).inspect_err(|e| self.noticed(e))?;
+        let g = shard
+            .lock_sampled(self.lock_timeout, Some(&self.read_samples))
+            .inspect_err(|e| self.noticed(e))?;
         self.check_not_moved(shard, g)
     }
 
@@ -418,7 +419,9 @@ impl Store {
     /// sampled (see `read_samples`): a load and a branch for most reads.
     #[inline]
     fn sample_read(&self, h: u64) {
-        self.read_samples.note_read(shard_of(h, self.geo.shard_count), crate::hash::tag_of(h));
+        if self.read_samples.on() {
+            self.read_samples.note_read(shard_of(h, self.geo.shard_count), crate::hash::tag_of(h));
+        }
     }
 
     /// `g`, unless its shard was moved by a resize: sealed (`seq` left

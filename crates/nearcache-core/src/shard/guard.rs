@@ -53,15 +53,16 @@ pub(crate) struct ShardGuard<'a> {
     /// Depth of this guard's begin_move/end_move brackets (`seq` is odd
     /// while it is above zero).
     moving: Cell<u32>,
+    /// The policy header's mode bits as this guard first read them
+    /// (`ShardGuard::mode`; `MODE_UNREAD` before). Small, as every field
+    /// here: a guard is returned by value on every write, and a larger
+    /// one cost a set a fifth more time in stack copies.
+    pub(super) mode_now: Cell<u16>,
     /// Arena bytes this guard's compactions examined (`note_examined`).
     pub(super) examined: Cell<usize>,
-    /// The policy header's mode word as this guard first read it
-    /// (`ShardGuard::mode`).
-    pub(super) mode_now: Cell<Option<u64>>,
-    /// The handle's sampled requests, and the shard's number, replayed
-    /// through the miniatures once the lock is let go
-    /// (`ShardGuard::replay_after`).
-    pub(super) samples: Option<(&'a Samples, usize)>,
+    /// The handle's sampled requests, replayed through the shard's
+    /// miniatures once the lock is let go (`Shard::lock_sampled`).
+    pub(super) samples: Option<&'a Samples>,
 }
 
 impl Drop for ShardGuard<'_> {
@@ -78,8 +79,8 @@ impl Drop for ShardGuard<'_> {
             }
             // SAFETY: this guard locked the word in Shard::lock.
             unsafe { lock::unlock(self.shard.lock_word()) }
-            if let Some((samples, i)) = self.samples {
-                self.shard.replay_samples(samples, i);
+            if let Some(samples) = self.samples {
+                self.shard.replay_samples(samples);
             }
         }
     }
@@ -114,13 +115,12 @@ impl Shard {
     }
 
     /// `lock`, for a write of a handle whose sampled requests are
-    /// `samples` (this shard's number with them): they are replayed
-    /// through the miniatures once the lock is let go
-    /// (`Shard::replay_samples`).
+    /// `samples`: they are replayed through the miniatures once the lock
+    /// is let go (`Shard::replay_samples`).
     pub(crate) fn lock_sampled<'a>(
         &'a self,
         timeout: std::time::Duration,
-        samples: Option<(&'a Samples, usize)>,
+        samples: Option<&'a Samples>,
     ) -> Result<ShardGuard<'a>> {
         if !self.intact() {
             return Err(Error::Corrupt(
@@ -147,7 +147,7 @@ impl Shard {
             writing: Cell::new(false),
             moving: Cell::new(0),
             examined: Cell::new(0),
-            mode_now: Cell::new(None),
+            mode_now: Cell::new(super::policy::MODE_UNREAD),
             samples,
         };
         if how == Acquired::OwnerDied {
@@ -173,7 +173,7 @@ impl<'a> ShardGuard<'a> {
             writing: Cell::new(false),
             moving: Cell::new(0),
             examined: Cell::new(0),
-            mode_now: Cell::new(None),
+            mode_now: Cell::new(super::policy::MODE_UNREAD),
             samples: None,
         }
     }

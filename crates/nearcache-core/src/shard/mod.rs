@@ -153,6 +153,9 @@ pub(crate) struct Shard {
     policy_size: usize,
     sketch_width: usize,
     mini_records: usize,
+    /// The shard's number in its file (where its handle keeps what it
+    /// sampled of it: `policy::Samples`).
+    pub(crate) number: usize,
 }
 
 // SAFETY: a Shard is a pointer into a MAP_SHARED mapping that outlives it
@@ -301,6 +304,7 @@ impl Shard {
             policy_size: geo.policy_size(),
             sketch_width: geo.policy_parts().0,
             mini_records: geo.policy_parts().1,
+            number: file_off.saturating_sub(HEADER_SIZE) / geo.shard_size.max(1),
         }
     }
 

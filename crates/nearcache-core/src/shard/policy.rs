@@ -106,6 +106,10 @@ mod mini {
 const PIN_MASK: u64 = 3;
 /// The miniatures chose strict admission.
 const RUNS_STRICT: u64 = 1 << 8;
+/// The bits of `MODE` that mean something (a guard keeps them in a u16).
+const MODE_BITS: u64 = PIN_MASK | RUNS_STRICT | WARM;
+/// A guard that has not read `MODE` yet (`ShardGuard::mode`).
+pub(super) const MODE_UNREAD: u16 = u16::MAX;
 /// The miniatures have seen enough to choose (their first period of
 /// `MINI_DECAY` times their entries of sampled requests): until then an
 /// adaptive shard admits strictly, so that a loop is held from the start
@@ -234,13 +238,17 @@ impl Samples {
         Samples { shards: (0..shards).map(|_| shard()).collect(), on: AtomicBool::new(false) }
     }
 
+    /// Whether any shard samples reads (`note_read` is for when one does):
+    /// a load and a branch for most reads.
+    #[inline]
+    pub(crate) fn on(&self) -> bool {
+        self.on.load(Relaxed)
+    }
+
     /// Record a read of the key of `tag` in shard `i` if the key is
-    /// sampled: a load and a branch for most reads.
+    /// sampled.
     #[inline]
     pub(crate) fn note_read(&self, i: usize, tag: u32) {
-        if !self.on.load(Relaxed) {
-            return;
-        }
         let s = &self.shards[i];
         if tag & ((1u32 << s.log2.load(Relaxed).min(31)) - 1) == 0 {
             self.push(s, tag & !STORED);
@@ -277,12 +285,13 @@ impl ShardGuard<'_> {
     /// miniatures may change the adaptive choice at any moment, and one
     /// write should run one mode from start to end.
     fn mode(&self) -> u64 {
-        if let Some(m) = self.mode_now.get() {
-            return m;
+        let m = self.mode_now.get();
+        if m != MODE_UNREAD {
+            return m as u64;
         }
-        let m = self.pol(pol::MODE);
-        self.mode_now.set(Some(m));
-        m
+        let m = (self.pol(pol::MODE) & MODE_BITS) as u16;
+        self.mode_now.set(m);
+        m as u64
     }
 
     /// Whether the policy learns at all: not in a file that admits
@@ -325,7 +334,7 @@ impl ShardGuard<'_> {
     pub(crate) fn pin_eviction(&self, m: EvictionMode) {
         let word = self.shard.pol_word(pol::MODE);
         let _ = word.fetch_update(Relaxed, Relaxed, |mode| Some(mode & !PIN_MASK | m.pin()));
-        self.mode_now.set(None);
+        self.mode_now.set(MODE_UNREAD);
     }
 
     /// The pinned mode.
@@ -347,7 +356,7 @@ impl ShardGuard<'_> {
             self.set_pol(field, 0);
         }
         self.set_pol(pol::MODE, pin);
-        self.mode_now.set(None);
+        self.mode_now.set(MODE_UNREAD);
         if self.shard.policy_armed() {
             for off in (0..self.shard.policy_size).step_by(8) {
                 self.shard.body_u64(off).store(0, Relaxed);
@@ -367,8 +376,8 @@ impl ShardGuard<'_> {
             self.sketch_add(tag);
         }
         if sampled {
-            if let Some((samples, i)) = self.samples {
-                samples.push(&samples.shards[i], tag | STORED);
+            if let Some(samples) = self.samples {
+                samples.push(&samples.shards[self.shard.number], tag | STORED);
             }
         }
     }
@@ -514,13 +523,13 @@ impl Shard {
 
     // ---- replaying a handle's samples ----
 
-    /// After a write of a handle whose samples are `samples` (shard `i`):
+    /// After a write of a handle whose samples are `samples`:
     /// replay them through the miniatures if their lock is free (else
     /// they wait for the handle's next write), or, in a shard that
     /// samples nothing, ask now and then whether that changed.
     #[inline]
-    pub(crate) fn replay_samples(&self, samples: &Samples, i: usize) {
-        let s = &samples.shards[i];
+    pub(crate) fn replay_samples(&self, samples: &Samples) {
+        let Some(s) = samples.shards.get(self.number) else { return };
         if s.len.load(Relaxed) != 0 {
             self.replay_now(samples, s);
         } else if s.log2.load(Relaxed) >= 31 {
