@@ -251,11 +251,11 @@ impl Samples {
     pub(crate) fn note_read(&self, i: usize, tag: u32) {
         let s = &self.shards[i];
         if tag & ((1u32 << s.log2.load(Relaxed).min(31)) - 1) == 0 {
-            self.push(s, tag & !STORED);
+            Self::push(s, tag & !STORED);
         }
     }
 
-    fn push(&self, s: &ShardSamples, tag: u32) {
+    fn push(s: &ShardSamples, tag: u32) {
         let n = s.len.fetch_add(1, Relaxed) as usize;
         if n < SAMPLES_PER_SHARD {
             s.tags[n].store(tag, Relaxed);
@@ -376,8 +376,8 @@ impl ShardGuard<'_> {
             self.sketch_add(tag);
         }
         if sampled {
-            if let Some(samples) = self.samples {
-                samples.push(&samples.shards[self.shard.number], tag | STORED);
+            if let Some(s) = self.samples.and_then(|s| s.shards.get(self.shard.number)) {
+                Samples::push(s, tag | STORED);
             }
         }
     }
