@@ -133,8 +133,11 @@ def test_nearcache_file_is_calibrated_to_the_entry_count(ctx: BackendContext) ->
         assert sum(handle.get(f"key:{i:04d}") is not None for i in range(1000)) == 1000
         handle.close()
         # Once full (distinct 8-byte keys keep arriving), it holds 1,000 on average,
-        # within 5% (the file size moves in 4 KiB pages: 56 entries of this size).
+        # within 5% (the file size moves in 4 KiB pages: 56 entries of this size),
+        # admitting leniently as the calibration does (a shard warming up strictly
+        # frees half as much per compaction, and holds more).
         cache = native.NativeCache(backend.path, backend.size)
+        cache.set_eviction_mode("lenient")
         counts = []
         for i in range(3000):
             cache.set(f"new:{i:04d}", b"w" * 40)

@@ -738,14 +738,15 @@ impl Minis<'_> {
         // strict only on a clear win, and back as soon as lenient admission
         // hits as much.
         // A shard still warming up (strict) turns lenient as soon as
-        // lenient admission hits more, by more than noise: strict admission
-        // is kept only while it may be what holds a loop.
+        // lenient admission hits more (by two: one hit is a coin toss):
+        // strict admission is kept only while it may be what holds a loop,
+        // where the lenient miniature hits nothing.
         let clearly = |a: u64, b: u64| a > b.saturating_add(b / STRICT_WIN_RATIO + STRICT_WIN_HITS);
         let word = self.shard.pol_word(pol::MODE);
         let _ = word.fetch_update(Relaxed, Relaxed, |mode| {
             let strict =
                 if mode & RUNS_STRICT == 0 { clearly(hits[0], hits[1]) } else { hits[0] > hits[1] };
-            let warm = warmed || hits[1] > hits[0].saturating_add(STRICT_WIN_HITS);
+            let warm = warmed || hits[1] > hits[0].saturating_add(1);
             let new = mode & !RUNS_STRICT
                 | if strict { RUNS_STRICT } else { 0 }
                 | if warm { WARM } else { 0 };
