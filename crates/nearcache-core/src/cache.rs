@@ -431,7 +431,7 @@ impl Store {
     /// process only reads, on the path of every locked operation.
     #[inline]
     fn check_not_moved<'a>(&self, shard: &'a Shard, g: ShardGuard<'a>) -> Result<ShardGuard<'a>> {
-        if g.is_sealed() || (self.migration_word() != 0 && self.is_moved(self.index_of(shard))) {
+        if g.is_sealed() || (self.migration_word() != 0 && self.is_moved(shard.number)) {
             return Err(Error::Moved);
         }
         if self.map.retired() {
@@ -452,12 +452,6 @@ impl Store {
     pub(crate) fn is_moved(&self, i: usize) -> bool {
         let groups = crate::resize::groups_of(self.migration_word() >> 2);
         crate::resize::moved_bit(&self.map, i % groups)
-    }
-
-    /// The index of `shard`, one of ours.
-    fn index_of(&self, shard: &Shard) -> usize {
-        let base = self.shards.as_ptr() as usize;
-        (shard as *const Shard as usize - base) / std::mem::size_of::<Shard>()
     }
 
     /// The mapping (for `resize.rs`).

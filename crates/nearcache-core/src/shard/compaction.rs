@@ -303,8 +303,7 @@ impl<'a> ShardGuard<'a> {
         let mut keep = vec![true; entries.len()];
         let arena = reserved;
         let (free_bytes_target, max_items) = if evict {
-            let percent = if strict { STRICT_FREE_PERCENT } else { COMPACT_FREE_PERCENT };
-            Self::eviction_targets(need, arena, active, percent)
+            Self::eviction_targets(need, arena, active, strict)
         } else {
             (0, active * 3 / 4 - 1)
         };
@@ -450,8 +449,7 @@ impl<'a> ShardGuard<'a> {
         strict: bool,
     ) -> Check<bool> {
         let hand = self.hdr(sh::HAND) as usize;
-        let percent = if strict { STRICT_FREE_PERCENT } else { COMPACT_FREE_PERCENT };
-        let (free_target, max_items) = Self::eviction_targets(need, reserved, active, percent);
+        let (free_target, max_items) = Self::eviction_targets(need, reserved, active, strict);
         let live_bytes = (self.hdr(sh::LIVE_BYTES) as usize).min(bump);
         let window = self.window_start();
         if hand == 0
@@ -630,16 +628,17 @@ impl<'a> ShardGuard<'a> {
     }
 
     /// What an evicting compaction must reach: free arena bytes (`need`
-    /// at least, and `percent` of the reserved arena) and the most live
-    /// entries it may leave (`percent` below the index's load limit of
-    /// 3/4). `percent` is COMPACT_FREE_PERCENT, or STRICT_FREE_PERCENT for
-    /// a strict compaction.
+    /// at least, and a share of the reserved arena) and the most live
+    /// entries it may leave (that share below the index's load limit of
+    /// 3/4). The share is COMPACT_FREE_PERCENT, or STRICT_FREE_PERCENT for
+    /// a `strict` compaction.
     fn eviction_targets(
         need: usize,
         reserved: usize,
         active: usize,
-        percent: usize,
+        strict: bool,
     ) -> (usize, usize) {
+        let percent = if strict { STRICT_FREE_PERCENT } else { COMPACT_FREE_PERCENT };
         (need.max(reserved * percent / 100), active * 3 / 4 * (100 - percent) / 100)
     }
 

@@ -298,7 +298,7 @@ impl ShardGuard<'_> {
     /// leniently (SIEVE, which needs neither the sketch nor the
     /// miniatures), nor before a lazy shard reserved its body.
     fn learns(&self) -> bool {
-        self.mode() & PIN_MASK != 0 && self.shard.policy_armed()
+        self.shard.learns_in(self.mode())
     }
 
     /// Whether the shard admits new entries strictly now.
@@ -480,9 +480,25 @@ impl Shard {
         !self.lazy || self.header_atomic(sh::ARENA_RESERVED).load(Relaxed) != 0
     }
 
-    /// Whether the file's mode makes the policy learn (not lenient).
+    /// Whether the policy learns under the mode word `mode` (not a lenient
+    /// file's, and the body reserved).
+    fn learns_in(&self, mode: u64) -> bool {
+        mode & PIN_MASK != 0 && self.policy_armed()
+    }
+
+    /// Whether the policy learns now (`learns_in` the header's mode).
     fn policy_learns(&self) -> bool {
-        self.pol_word(pol::MODE).load(Relaxed) & PIN_MASK != 0 && self.policy_armed()
+        self.learns_in(self.pol_word(pol::MODE).load(Relaxed))
+    }
+
+    /// The sample rate (log2) for a handle's reads of this shard: the
+    /// miniatures' while the policy learns, else 31 (2^31 never matches).
+    fn read_rate(&self) -> u32 {
+        if self.policy_learns() {
+            (self.pol_word(pol::SAMPLE).load(Relaxed) as u32).min(31)
+        } else {
+            31
+        }
     }
 
     /// Whether the key of `tag` is in the miniatures' sample. A lenient
@@ -545,12 +561,7 @@ impl Shard {
     /// been set to adaptive or strict admission since).
     #[cold]
     fn refresh_rate(&self, samples: &Samples, s: &ShardSamples) {
-        let log2 = if self.policy_learns() {
-            (self.pol_word(pol::SAMPLE).load(Relaxed) as u32).min(31)
-        } else {
-            31
-        };
-        samples.set_rate(s, log2);
+        samples.set_rate(s, self.read_rate());
     }
 
     /// `replay_samples` with samples to replay.
@@ -562,14 +573,13 @@ impl Shard {
         };
         s.busy.store(0, Relaxed);
         let n = (s.len.swap(0, Relaxed) as usize).min(SAMPLES_PER_SHARD);
-        let mut log2 = 31;
         if self.policy_learns() {
             for t in &s.tags[..n] {
                 let tag = t.load(Relaxed);
                 minis.replay(tag & !STORED, tag & STORED == 0);
             }
-            log2 = (minis.pol(pol::SAMPLE) as u32).min(31);
         }
+        let log2 = self.read_rate();
         drop(minis);
         samples.set_rate(s, log2);
     }

@@ -311,18 +311,10 @@ class Traces(Workload):
         directory = nearcache_directory(ctx)
         size = calibrate_size(directory, target, KEY_BYTES, mean_size)
         path = str(directory / f"traces-{ctx.run_id}-{os.getpid()}")
-        try:
-            cache = native.NativeCache(path, size, recreate=True)
-            try:
-                hits, entries, held = replay_nearcache(
-                    cache, trace, value, max(1, min(n // 200, target // 4))
-                )
-                shards = cache.shard_count
-                strict = cache.strict_shards()
-            finally:
-                cache.close()
-        finally:
-            remove_cache_file(path)
+        every = max(1, min(n // 200, target // 4))
+        hits, entries, held, shards, strict = _replay_in_file(
+            native, path, size, trace, every, None
+        )
         capacity = max(1, round(entries))
         common = {"entries": float(capacity), "requests": float(n)}
         out.append(
@@ -340,17 +332,7 @@ class Traces(Workload):
         )
         # nearcache again in the same file, pinned to lenient admission
         # (SIEVE: `Cache.eviction_mode`), what the default adapts from.
-        try:
-            cache = native.NativeCache(path, size, recreate=True)
-            try:
-                cache.set_eviction_mode("lenient")
-                hits, entries, held = replay_nearcache(
-                    cache, trace, value, max(1, min(n // 200, target // 4))
-                )
-            finally:
-                cache.close()
-        finally:
-            remove_cache_file(path)
+        hits, entries, held, _, _ = _replay_in_file(native, path, size, trace, every, "lenient")
         out.append(
             Measurement(
                 backend=NEARCACHE_LENIENT,
@@ -523,6 +505,27 @@ class Traces(Workload):
         fig.savefig(path, dpi=90)
         plt.close(fig)
         return [path]
+
+
+def _replay_in_file(
+    native: Any, path: str, size: int, trace: Trace, every: int, mode: str | None
+) -> tuple[int, float, float, int, int]:
+    """Replay ``trace`` through a new nearcache file of ``size`` bytes at
+    ``path`` (its eviction mode pinned to ``mode``, else the default; the
+    entries counted every ``every`` requests), then remove the file:
+    (hits, mean entries held, held bytes, shards, shards admitting strictly
+    at the end)."""
+    try:
+        cache = native.NativeCache(path, size, recreate=True)
+        try:
+            if mode is not None:
+                cache.set_eviction_mode(mode)
+            hits, entries, held = replay_nearcache(cache, trace, b"v" * VALUE_BYTES, every)
+            return hits, entries, held, cache.shard_count, cache.strict_shards()
+        finally:
+            cache.close()
+    finally:
+        remove_cache_file(path)
 
 
 def _is_peer(name: str) -> bool:
