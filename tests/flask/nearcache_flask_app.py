@@ -35,7 +35,7 @@ def app_config() -> dict[str, Any]:
 
 
 class RealClock:
-    """``clock.advance(seconds)`` sleeps: time passes for every backend."""
+    """``clock.advance(seconds)`` waits: time passes for every backend."""
 
     def __call__(self) -> float:
         return time.time()
@@ -46,7 +46,11 @@ class RealClock:
                 f"clock.advance({seconds}): too long to wait for; list the test in "
                 "run.py's NOT_APPLICABLE"
             )
-        time.sleep(seconds)
+        # Wait on the wall clock, the one the engine's expiry reads: a sleep
+        # alone can end early by that clock if it is stepped back meanwhile.
+        deadline = time.time() + seconds
+        while (left := deadline - time.time()) > 0:
+            time.sleep(left)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
