@@ -189,10 +189,10 @@ class NativeCache:
     @property
     def shard_count(self) -> int: ...
     def eviction_mode(self) -> str:
-        """How the shards choose their admission mode: "lenient" (the
-        default: SIEVE, every new entry admitted), "adaptive" (each shard
-        runs the mode its miniature caches do better with) or "strict" (a
-        new entry must win its place: resists loops and scans)."""
+        """How the shards choose their admission mode: "adaptive" (the
+        default: each shard runs the mode its miniature caches do better
+        with), "strict" (a new entry must win its place: resists loops and
+        scans) or "lenient" (SIEVE: every new entry admitted)."""
     def set_eviction_mode(self, mode: str) -> None:
         """Pin the admission mode of every shard (kept in the file, for
         every process); ``InvalidArgumentError`` for another mode."""

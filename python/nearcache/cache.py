@@ -1149,8 +1149,8 @@ class Cache(PolicyMethods):
 
     @property
     def eviction_mode(self) -> str:
-        """How the shards choose what to admit when full: ``"lenient"``
-        (the default), ``"adaptive"`` or ``"strict"``.
+        """How the shards choose what to admit when full: ``"adaptive"``
+        (the default), ``"strict"`` or ``"lenient"``.
 
         Lenient is SIEVE: every new entry is admitted and the hand evicts
         entries not read since it last passed.  Strict is W-TinyLFU's
@@ -1170,11 +1170,11 @@ class Cache(PolicyMethods):
 
         >>> c = Cache("doc-eviction", size="1MiB", recreate=True)
         >>> c.eviction_mode
-        'lenient'
-        >>> c.eviction_mode = "adaptive"
-        >>> c.eviction_mode
         'adaptive'
         >>> c.eviction_mode = "lenient"
+        >>> c.eviction_mode
+        'lenient'
+        >>> c.eviction_mode = "adaptive"
         """
         return self._native.eviction_mode()
 

@@ -662,7 +662,7 @@ proptest::proptest! {
 fn a_resize_keeps_the_pinned_eviction_mode() {
     let d = TempDir::new("resize-mode");
     let c = Cache::open(d.file("c"), &opts(4 << 20, 2)).unwrap();
-    assert_eq!(c.eviction_mode().unwrap(), nearcache_core::EvictionMode::Lenient);
+    assert_eq!(c.eviction_mode().unwrap(), nearcache_core::EvictionMode::Adaptive);
     for mode in [nearcache_core::EvictionMode::Lenient, nearcache_core::EvictionMode::Adaptive] {
         // A resize makes a new file, whose shards start at the default.
         c.set_eviction_mode(mode).unwrap();

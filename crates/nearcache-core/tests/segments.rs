@@ -219,15 +219,29 @@ fn shard0_word(field: usize) -> u64 {
 
 /// A 2 MiB shard (one of them) filled with 12,000 sets, then `scribble`d
 /// through the file (given the geometry), then `ops` (key, value length)
-/// set with a probe of another key after each: every hit is a value once
-/// written for its key, and after `clear` the shard checks clean.
+/// set with a probe of another key after each, in each admission mode:
+/// every hit is a value once written for its key, and after `clear` the
+/// shard checks clean.
 fn scribbled_shard_stays_right(
     name: &str,
     ops: &[(u16, u16)],
-    scribble: impl FnOnce(&std::fs::File, &Geometry),
+    scribble: impl Fn(&std::fs::File, &Geometry),
+) -> Result<(), TestCaseError> {
+    for mode in [EvictionMode::Lenient, EvictionMode::Strict, EvictionMode::Adaptive] {
+        scribbled_shard_stays_right_in(name, ops, &scribble, mode)?;
+    }
+    Ok(())
+}
+
+fn scribbled_shard_stays_right_in(
+    name: &str,
+    ops: &[(u16, u16)],
+    scribble: &impl Fn(&std::fs::File, &Geometry),
+    mode: EvictionMode,
 ) -> Result<(), TestCaseError> {
     let d = TempDir::new(name);
     let c = open(&d, 2 << 20, 1);
+    c.set_eviction_mode(mode).unwrap();
     let g: Geometry = *c.geometry();
     let mut written: HashMap<u16, Vec<Vec<u8>>> = HashMap::new();
     let put = |c: &Cache, w: &mut HashMap<u16, Vec<Vec<u8>>>, k: u16, n: u16| {
@@ -245,7 +259,7 @@ fn scribbled_shard_stays_right(
         let probe = (k.wrapping_mul(31)) % 3000;
         if let Some(got) = c.get(&probe.to_le_bytes()).unwrap() {
             let ok = written.get(&probe).is_some_and(|vs| vs.contains(&got.data));
-            prop_assert!(ok, "key {}: a value never written for it", probe);
+            prop_assert!(ok, "{:?} admission, key {}: a value never written for it", mode, probe);
         }
     }
     c.clear().unwrap();

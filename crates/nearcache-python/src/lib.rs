@@ -1116,8 +1116,8 @@ impl NativeCache {
         self.write_outcome(py, self.inner.delete_many(&keys), 0)
     }
 
-    /// How the file's shards choose their admission mode: "lenient" (the
-    /// default), "adaptive" or "strict".
+    /// How the file's shards choose their admission mode: "adaptive" (the
+    /// default), "strict" or "lenient".
     fn eviction_mode(&self, py: Python<'_>) -> PyResult<&'static str> {
         Ok(match self.inner.eviction_mode().or_py(py)? {
             EvictionMode::Adaptive => "adaptive",

@@ -700,14 +700,27 @@ impl<'a> ShardGuard<'a> {
     ) -> bool {
         // A failed check is met again, and repaired, on the insert path.
         let Ok(Some(off)) = self.room_in_head(size) else { return false };
+        // The old entry is marked dead after the new one is published, so
+        // that a lock-free reader always finds one of them live; unless it
+        // lies where the new one goes (past the bump pointer: only a slot
+        // that a hostile file left stale leads there, e.g. into a segment
+        // freed unread because its live count was lowered), where marking
+        // it afterwards would write into the new entry.
+        let stale = e.off < off + size && off < e.off + e.size;
+        if stale {
+            self.note_dropped(e);
+            self.mark_dead(e);
+        }
         self.append(off, size, key, value, flags, expires);
         // The key keeps its SIEVE mark: an overwrite is a use of the key,
         // and a slot published already marked spares the next reader the
         // compare-and-swap that would pull the slot's line back to it.
         let visited = self.slot(i) & SLOT_VISITED;
         self.set_slot(i, Self::slot_value(hash, off) | visited);
-        self.note_dropped(e);
-        self.mark_dead(e);
+        if !stale {
+            self.note_dropped(e);
+            self.mark_dead(e);
+        }
         self.set_hdr(sh::LIVE_BYTES, self.hdr(sh::LIVE_BYTES).saturating_sub(e.size as u64));
         true
     }

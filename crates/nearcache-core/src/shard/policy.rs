@@ -120,18 +120,17 @@ const WARM: u64 = 1 << 9;
 /// How a file's shards choose their admission mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum EvictionMode {
-    /// Each shard runs the mode its miniature caches do better with.
+    /// Each shard runs the mode its miniature caches do better with: the
+    /// default, set in every shard of a new file.
+    #[default]
     Adaptive,
     /// Every new entry must win its place against the entry it would
     /// evict: frequency-aware, resists loops and scans.
     Strict,
     /// Every new entry is admitted (SIEVE): recency-friendly; learns
     /// nothing, so it costs the least per read and write (see the module
-    /// docs). The default, set in every shard of a new file: a segmented
-    /// shard admitting strictly can return a wrong value after another
-    /// program lowered its segments' live counts (`tests/segments.rs`,
-    /// `hostile_live_counts_lose_entries_at_worst`), not fixed yet.
-    #[default]
+    /// docs). Files made before adaptive admission became the default
+    /// (their pin is 0) stay lenient.
     Lenient,
 }
 

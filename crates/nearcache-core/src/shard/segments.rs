@@ -50,8 +50,12 @@
 //!   in a write leaves the counts to `salvage`, which recounts them from
 //!   the entries (and resets the shard inside a move, as for every other
 //!   word). A count a hostile file lowered frees live entries without
-//!   their slots: the slots then lead to bytes that fail their checks
-//!   (a reset), never outside the shard.
+//!   their slots: such a slot leads to bytes that fail their checks (a
+//!   reset), never outside the shard, or to its entry still whole (in a
+//!   free segment, or in the head past the bump pointer), which reads as
+//!   the value last written for its key; an overwrite through it marks it
+//!   dead before appending where it lies (`ShardGuard::replace`), not
+//!   after.
 //! * Every table and header word is checked before use: `used` within the
 //!   segment and the reserved arena, links within the table and below
 //!   `FRESH`, walks bounded by the segment count (a cycle ends as
