@@ -274,3 +274,28 @@ fn adaptive_admission_follows_reads_of_new_keys() {
     assert!(got[2].0 >= got[0].0 - 0.02, "adaptive below lenient: {got:?}");
     assert_eq!(got[2].1, 0, "adaptive shards left strict: {got:?}");
 }
+
+#[test]
+fn adaptive_admission_stays_strict_through_a_scan_and_lenient_without_reads() {
+    // After a loop, a scan of keys read once (each a miss, then stored):
+    // both miniatures hit nothing, a tie that says nothing about the loop
+    // held, so the shard stays strict (turning lenient there, the scan
+    // would flush what strict admission holds, which it does not win back
+    // on every trace). A shard only written to also ties, with no reads:
+    // it turns lenient and pays nothing for strict admission.
+    let d = TempDir::new("hits-tie");
+    let value = vec![3u8; 200];
+    for reads in [true, false] {
+        let c = open(&d, if reads { "scan" } else { "writes" }, 1 << 20, 1);
+        c.set_eviction_mode(EvictionMode::Adaptive).unwrap();
+        for id in loop_trace(8_000, 3).into_iter().chain((0..60_000u64).map(|i| (1 << 50) + i)) {
+            let k = key_of(id);
+            if !reads || c.get(&k).unwrap().is_none() {
+                c.set(&k, &value, 0, 0).unwrap();
+            }
+        }
+        let strict = c.strict_shards().unwrap();
+        println!("a loop then a scan, reads {reads}: strict shards {strict} of 1");
+        assert_eq!(strict, reads as usize, "reads {reads}: strict shards {strict}");
+    }
+}

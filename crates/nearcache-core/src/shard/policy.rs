@@ -19,10 +19,12 @@
 //! * The file's mode (`EvictionMode`, in every shard's header): adaptive
 //!   (the default: each shard runs the mode of the miniature with more
 //!   hits lately, turning strict only on a clear win, as strict admission
-//!   costs writes more; until its miniatures have seen enough, a shard
-//!   admits strictly unless lenient admission already hits more, so that
-//!   a loop is held from its start), strict, or lenient. A lenient file
-//!   learns nothing: neither structure is fed.
+//!   costs writes more, and lenient only when lenient admission hits
+//!   more: on a tie with reads a strict shard stays strict, as what it
+//!   holds would not be won back soon; until its miniatures have seen
+//!   enough, a shard admits strictly unless lenient admission already
+//!   hits more, so that a loop is held from its start), strict, or
+//!   lenient. A lenient file learns nothing: neither structure is fed.
 //! * The sketch: a count-min sketch of four rows of 4-bit counters,
 //!   conservative update, halved every ten times the shard's entries
 //!   additions (TinyLFU's reset). It learns a key when the key is stored
@@ -80,7 +82,9 @@ mod pol {
     pub const SKETCH_ADDS: usize = 8;
     /// log2 of the miniatures' sample rate.
     pub const SAMPLE: usize = 16;
-    /// Sampled requests since the miniatures' hits were last halved.
+    /// Low 32 bits: sampled requests (reads and stores) since the
+    /// miniatures' hits were last halved; high 32 bits: sampled reads,
+    /// lately (halved with the hits).
     pub const MINI_REQUESTS: usize = 24;
     /// The hits of the strict and of the lenient miniature, lately.
     pub const MINI_HITS: usize = 32;
@@ -735,28 +739,42 @@ impl Minis<'_> {
         }
         // A store counts towards the period too: a shard only written to
         // (nothing to hit) warms up all the same.
-        let mut requests = self.pol(pol::MINI_REQUESTS).saturating_add(1);
+        let word = self.pol(pol::MINI_REQUESTS);
+        let requests = (word as u32 as u64).saturating_add(1);
+        let mut reads = (word >> 32).saturating_add(counted as u64).min(u32::MAX as u64);
         let warmed = requests >= MINI_DECAY * entries as u64;
         if warmed {
-            requests = 0;
+            reads /= 2;
             hits = hits.map(|h| h / 2);
         }
-        self.set_pol(pol::MINI_REQUESTS, requests);
+        let requests = if warmed { 0 } else { requests };
+        self.set_pol(pol::MINI_REQUESTS, reads << 32 | requests);
         self.set_pol(pol::MINI_HITS, hits[0]);
         self.set_pol(pol::MINI_HITS + 8, hits[1]);
-        // Strict admission costs more per write: once warm, a shard turns
-        // strict only on a clear win, and back as soon as lenient admission
-        // hits as much.
-        // A shard still warming up (strict) turns lenient as soon as
-        // lenient admission hits more (by two: one hit is a coin toss):
-        // strict admission is kept only while it may be what holds a loop,
-        // where the lenient miniature hits nothing.
+        // Strict admission costs more per write: once warm, a lenient
+        // shard turns strict only on a clear win. A strict one (by choice,
+        // or warming up) stays strict on a tie, and turns lenient when
+        // lenient admission hits more. A tie keeps it strict because what
+        // strict admission holds is not won back quickly: a shard that
+        // went lenient through a scan or a spell of misses, where both
+        // miniatures hit nothing, lost the part of a loop it held, and
+        // turned strict again it keeps what lenient admission left
+        // (engine.md, "Round nine"). A tie without reads (a shard only
+        // written to) is no reason to pay strict admission's writes.
+        // A shard still warming up turns lenient as soon as lenient
+        // admission hits more by two (one hit is a coin toss).
         let clearly = |a: u64, b: u64| a > b.saturating_add(b / STRICT_WIN_RATIO + STRICT_WIN_HITS);
+        let holds = hits[0] > hits[1] || hits[0] == hits[1] && reads > 0;
         let word = self.shard.pol_word(pol::MODE);
         let _ = word.fetch_update(Relaxed, Relaxed, |mode| {
-            let strict =
-                if mode & RUNS_STRICT == 0 { clearly(hits[0], hits[1]) } else { hits[0] > hits[1] };
             let warm = warmed || hits[1] > hits[0].saturating_add(1);
+            let strict = if mode & WARM == 0 {
+                warm && holds
+            } else if mode & RUNS_STRICT == 0 {
+                clearly(hits[0], hits[1])
+            } else {
+                holds
+            };
             let new = mode & !RUNS_STRICT
                 | if strict { RUNS_STRICT } else { 0 }
                 | if warm { WARM } else { 0 };
