@@ -1158,8 +1158,9 @@ class Cache(PolicyMethods):
         was asked for more often than the entry it would evict, which keeps
         a loop or a scan larger than the cache from turning it over.
         Adaptive shards run whichever of the two a miniature cache of each,
-        replaying a sample of the shard's keys, hits more with (strict only
-        on a clear win): SIEVE's hit ratio where recency pays, strict
+        replaying a sample of the shard's keys, hits more with (strict on a
+        clear win, lenient again only when lenient hits more): SIEVE's hit
+        ratio where recency pays, strict
         admission's where loops and scans would turn the cache over.
         Lenient costs the least per read and write (it learns nothing:
         ``docs/benchmarks.md``, "Eviction on traces", has what the others
