@@ -277,14 +277,18 @@ def read_phase(
 
     The same loop reads nearcache (``progress``: the writer's position) and
     the baseline's dict (``progress`` fixed at ``window``, the dict holding
-    keys ``0 .. window - 1``).
+    keys ``0 .. window - 1``).  One chunk is read even when the writer was
+    done first (a short window on a loaded machine, where the reader gets
+    the CPU late), so that every reader measures something.
     """
     hist = LogHistogram()
     rec = hist.record
     clock = time.perf_counter_ns
     mask = len(offsets) - 1
     hits = misses = wrong = k = 0
-    while not done.value:
+    first = True
+    while first or not done.value:
+        first = False
         top = progress.value
         span = top if top < window else window
         if span <= 0:
