@@ -707,9 +707,12 @@ impl<'a> ShardGuard<'a> {
         // freed unread because its live count was lowered), where marking
         // it afterwards would write into the new entry.
         let stale = e.off < off + size && off < e.off + e.size;
-        if stale {
+        let retire_old = || {
             self.note_dropped(e);
             self.mark_dead(e);
+        };
+        if stale {
+            retire_old();
         }
         self.append(off, size, key, value, flags, expires);
         // The key keeps its SIEVE mark: an overwrite is a use of the key,
@@ -718,8 +721,7 @@ impl<'a> ShardGuard<'a> {
         let visited = self.slot(i) & SLOT_VISITED;
         self.set_slot(i, Self::slot_value(hash, off) | visited);
         if !stale {
-            self.note_dropped(e);
-            self.mark_dead(e);
+            retire_old();
         }
         self.set_hdr(sh::LIVE_BYTES, self.hdr(sh::LIVE_BYTES).saturating_sub(e.size as u64));
         true

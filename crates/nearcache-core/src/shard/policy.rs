@@ -740,14 +740,14 @@ impl Minis<'_> {
         // A store counts towards the period too: a shard only written to
         // (nothing to hit) warms up all the same.
         let word = self.pol(pol::MINI_REQUESTS);
-        let requests = (word as u32 as u64).saturating_add(1);
+        let mut requests = (word as u32 as u64).saturating_add(1);
         let mut reads = (word >> 32).saturating_add(counted as u64).min(u32::MAX as u64);
         let warmed = requests >= MINI_DECAY * entries as u64;
         if warmed {
+            requests = 0;
             reads /= 2;
             hits = hits.map(|h| h / 2);
         }
-        let requests = if warmed { 0 } else { requests };
         self.set_pol(pol::MINI_REQUESTS, reads << 32 | requests);
         self.set_pol(pol::MINI_HITS, hits[0]);
         self.set_pol(pol::MINI_HITS + 8, hits[1]);
