@@ -5,7 +5,10 @@
 //!   expired entries are dropped, then SIEVE evicts: the hand walks the
 //!   arena from oldest to newest, clearing the "visited" bit that a hit
 //!   sets and evicting the first unvisited entries, until a fraction of the
-//!   shard is free (`COMPACT_FREE_PERCENT`). Survivors slide down in order
+//!   shard is free (`COMPACT_FREE_PERCENT`). The hand wraps round before
+//!   the young entries (the newest `1 / YOUNG_SHARE` of the used arena)
+//!   while the older ones can free enough in two laps, so a new entry
+//!   lives at least that long (a segmented shard's head does the same). Survivors slide down in order
 //!   (memmove, no scratch buffer, `Slider`) and the index is rebuilt from
 //!   the 31-bit tags the old slots carry (the tag gives the home slot): no
 //!   key is read or hashed, and entries store nothing of their hash (the
@@ -55,6 +58,18 @@ pub const COMPACT_FREE_PERCENT: usize = 10;
 /// against 0.406 at 5%, ps@1,542 0.678 against 0.693); 3% measured the
 /// same as 5%.
 const STRICT_FREE_PERCENT: usize = 5;
+
+/// A lenient hand wraps round before the newest `1 / YOUNG_SHARE` of the
+/// used arena (the young entries) while the older ones can free enough:
+/// a new entry stays at least that long, as a segmented shard's head
+/// does (`MIN_SEGMENTS` is 12). SIEVE's hand otherwise settles where the
+/// newest entries are and evicts them as they come, while entries hit
+/// before a working set moved keep their marks for a whole lap: on a
+/// shifting working set (`nearcache bench traces`, gen-shift, 1,506
+/// entries) 0.841 instead of 0.820 (LRU 0.862); 1/8 gives 0.846 but
+/// costs Zipf 0.008-0.012 (1/12: within 0.004). Measured in engine.md,
+/// "Round ten".
+const YOUNG_SHARE: usize = 12;
 
 /// A compaction reads the live entries from the index instead of walking
 /// the arena when the used arena holds at least this many bytes per live
@@ -360,12 +375,22 @@ impl<'a> ShardGuard<'a> {
                 self.note_dropped(&e);
             }
         }
+        // Lenient: the hand wraps before the young entries while the older
+        // ones can free enough (at most two laps of them).
+        let young_from = if strict { n } else { Self::young_from(&entries, bump) };
+        let mut wrap_at = if young_from == 0 { n } else { young_from };
+        if idx >= wrap_at {
+            idx = 0;
+        }
         let mut steps = 0;
         let mut stop = idx;
         while (arena.saturating_sub(live_bytes) < free_bytes_target || live_items > max_items)
             && n > 0
             && steps < 2 * n + 1
         {
+            if wrap_at < n && steps > 2 * wrap_at {
+                wrap_at = n;
+            }
             let e = &entries[idx];
             if keep[idx] {
                 if visited[idx] {
@@ -380,7 +405,7 @@ impl<'a> ShardGuard<'a> {
                     self.note_dropped(&e);
                 }
             }
-            idx = if idx + 1 == n { 0 } else { idx + 1 };
+            idx = if idx + 1 >= wrap_at { 0 } else { idx + 1 };
             stop = idx;
             steps += 1;
         }
@@ -436,7 +461,8 @@ impl<'a> ShardGuard<'a> {
     /// at the start (a full compaction is the same work), dead copies
     /// before the hand worth reclaiming (more than the compaction frees),
     /// or not enough to free behind the hand (the hand has to wrap around;
-    /// strict: it would have to pass the window's start).
+    /// strict: it would have to pass the window's start; lenient: the
+    /// young entries' start).
     #[allow(clippy::too_many_arguments)]
     fn compact_from_hand(
         &self,
@@ -456,6 +482,7 @@ impl<'a> ShardGuard<'a> {
             || hand >= bump
             || bump - live_bytes > free_target
             || strict && !(hand < window && window <= bump)
+            || !strict && hand >= bump - bump / YOUNG_SHARE
         {
             return Ok(false);
         }
@@ -508,11 +535,13 @@ impl<'a> ShardGuard<'a> {
         let mut evicted = 0u64;
         let mut cleared = Vec::new();
         // Strict: the window's entries are the candidates, and the hand
-        // stops at the window; lenient: the hand may walk all of it.
-        let judged = if strict {
-            region.iter().position(|e| e.off >= window).unwrap_or(region.len())
+        // stops at the window; lenient: the hand stops at the young
+        // entries (a full compaction wraps it round).
+        let (judged, candidates) = if strict {
+            let w = region.iter().position(|e| e.off >= window).unwrap_or(region.len());
+            (w, w..region.len())
         } else {
-            region.len()
+            (Self::young_from(&region, bump), 0..0)
         };
         let mut hand_at = 0;
         let mut unjudged = None;
@@ -533,7 +562,7 @@ impl<'a> ShardGuard<'a> {
             }
             None
         };
-        for c in judged..region.len() {
+        for c in candidates {
             if drop[c] || visited[c] {
                 continue;
             }
@@ -625,6 +654,14 @@ impl<'a> ShardGuard<'a> {
         self.add_stat(sh::EXPIRATIONS, expired);
         self.bump_stat(sh::COMPACTIONS);
         Ok(true)
+    }
+
+    /// The first of `entries` (in arena order) among the young: those in
+    /// the newest `1 / YOUNG_SHARE` of the used arena, which a lenient
+    /// hand passes over.
+    fn young_from(entries: &[Entry], bump: usize) -> usize {
+        let young = bump - bump / YOUNG_SHARE;
+        entries.partition_point(|e| e.off < young)
     }
 
     /// What an evicting compaction must reach: free arena bytes (`need`
