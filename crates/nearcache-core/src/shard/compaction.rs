@@ -66,9 +66,9 @@ const STRICT_FREE_PERCENT: usize = 5;
 /// newest entries are and evicts them as they come, while entries hit
 /// before a working set moved keep their marks for a whole lap: on a
 /// shifting working set (`nearcache bench traces`, gen-shift, 1,506
-/// entries) 0.841 instead of 0.820 (LRU 0.862); 1/8 gives 0.846 but
-/// costs Zipf 0.008-0.012 (1/12: within 0.004). Measured in engine.md,
-/// "Round ten".
+/// entries) 0.840 instead of 0.820 (LRU 0.862), at a cost on Zipf of
+/// 0.003-0.007 (a one-hit key stays longer); 1/8 gives 0.846 and costs
+/// Zipf 0.004-0.011. Measured in engine.md, "Round ten".
 const YOUNG_SHARE: usize = 12;
 
 /// A compaction reads the live entries from the index instead of walking
