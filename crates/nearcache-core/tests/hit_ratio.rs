@@ -183,50 +183,59 @@ fn zipf_hit_ratio_at_least_lru_in_segmented_shards() {
 
 #[test]
 fn lenient_hand_keeps_the_newest_entries_when_the_old_were_read() {
-    // A working set that moves: every entry of a full shard of one
-    // segment is read (marked), then only new keys come. SIEVE's hand
-    // clears the old marks and reaches the new entries, unmarked, first:
-    // it would evict the keys just stored and keep the old ones another
-    // lap. The hand wraps round before the young entries (the newest
-    // twelfth of the arena, `compaction.rs`), so the new keys stored last
-    // stay and the old ones go.
-    let d = TempDir::new("hits-young");
-    let c = open(&d, "c", 512 << 10, 1);
-    c.set_eviction_mode(EvictionMode::Lenient).unwrap();
-    let value = vec![3u8; 200];
-    let mut next = 0u64;
-    while c.stats().unwrap().evictions == 0 {
-        c.set(&key_of(next), &value, 0, 0).unwrap();
-        next += 1;
-    }
-    for k in 0..next {
-        c.get(&key_of(k)).unwrap();
-    }
-    let capacity = c.stats().unwrap().capacity_bytes as usize;
-    // Keys that fill half the young part of the arena.
-    let young = (capacity / 24 / entry_size(key_of(0).len(), value.len())) as u64;
-    let first_new = next;
-    let mut compactions = 0;
-    while compactions < 6 {
-        let before = c.stats().unwrap().evictions;
-        c.set(&key_of(next), &value, 0, 0).unwrap();
-        next += 1;
-        if c.stats().unwrap().evictions == before {
-            continue;
+    // A working set that moves: every entry of a full shard is read
+    // (marked), then only new keys come. SIEVE's hand clears the old
+    // marks and reaches the new entries, unmarked, first: it would evict
+    // the keys just stored and keep the old ones another lap. The hand
+    // wraps round before the young entries (the newest twelfth of the
+    // arena: `compaction.rs` in a shard of one segment, the newest
+    // segments in a segmented one, `conveyor.rs`), so the keys stored
+    // last stay and the old ones go. One segment (512 KiB) and 32
+    // segments (8 MiB, of which the head and the one before it are young).
+    for (size, young_share) in [(512usize << 10, 24), (8 << 20, 24)] {
+        let d = TempDir::new("hits-young");
+        let c = open(&d, "c", size, 1);
+        c.set_eviction_mode(EvictionMode::Lenient).unwrap();
+        let value = vec![3u8; 200];
+        let mut next = 0u64;
+        while c.stats().unwrap().evictions == 0 {
+            c.set(&key_of(next), &value, 0, 0).unwrap();
+            next += 1;
         }
-        compactions += 1;
-        let lost: Vec<u64> = (next.saturating_sub(young).max(first_new)..next)
-            .filter(|&k| c.get(&key_of(k)).unwrap().is_none())
-            .collect();
+        for k in 0..next {
+            c.get(&key_of(k)).unwrap();
+        }
+        let capacity = c.stats().unwrap().capacity_bytes as usize;
+        let per_entry = entry_size(key_of(0).len(), value.len());
+        // The keys that fill the newest 1/`young_share` of the arena.
+        let young = (capacity / young_share / per_entry) as u64;
+        let first_new = next;
+        // New keys for three quarters of the arena, checked every quarter
+        // of `young`.
+        let total = (capacity * 3 / 4 / per_entry) as u64;
+        while next < first_new + total {
+            c.set(&key_of(next), &value, 0, 0).unwrap();
+            next += 1;
+            if (next - first_new) % (young / 4) != 0 {
+                continue;
+            }
+            let lost = (next.saturating_sub(young).max(first_new)..next)
+                .filter(|&k| c.get(&key_of(k)).unwrap().is_none())
+                .count();
+            assert_eq!(
+                lost,
+                0,
+                "{size} bytes, {} new keys in: {lost} of the last {young} evicted",
+                next - first_new
+            );
+        }
+        let old_left = (0..first_new).filter(|&k| c.get(&key_of(k)).unwrap().is_some()).count();
         assert!(
-            lost.is_empty(),
-            "compaction {compactions}: {} of the last {young} new keys evicted",
-            lost.len()
+            old_left < first_new as usize / 2,
+            "{size} bytes: {old_left} of {first_new} old keys kept"
         );
+        c.check().unwrap();
     }
-    let old_left = (0..first_new).filter(|&k| c.get(&key_of(k)).unwrap().is_some()).count();
-    assert!(old_left < first_new as usize / 2, "{old_left} of {first_new} old keys kept");
-    c.check().unwrap();
 }
 
 /// A loop over more keys than the cache holds, every key once per round.

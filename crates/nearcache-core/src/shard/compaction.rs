@@ -8,7 +8,8 @@
 //!   shard is free (`COMPACT_FREE_PERCENT`). The hand wraps round before
 //!   the young entries (the newest `1 / YOUNG_SHARE` of the used arena)
 //!   while the older ones can free enough in two laps, so a new entry
-//!   lives at least that long (a segmented shard's head does the same). Survivors slide down in order
+//!   lives at least that long (a segmented shard's conveyor keeps its
+//!   newest segments young alike: `conveyor.rs`). Survivors slide down in order
 //!   (memmove, no scratch buffer, `Slider`) and the index is rebuilt from
 //!   the 31-bit tags the old slots carry (the tag gives the home slot): no
 //!   key is read or hashed, and entries store nothing of their hash (the
@@ -61,15 +62,16 @@ const STRICT_FREE_PERCENT: usize = 5;
 
 /// A lenient hand wraps round before the newest `1 / YOUNG_SHARE` of the
 /// used arena (the young entries) while the older ones can free enough:
-/// a new entry stays at least that long, as a segmented shard's head
-/// does (`MIN_SEGMENTS` is 12). SIEVE's hand otherwise settles where the
+/// a new entry stays at least that long. A segmented shard keeps its
+/// newest twelfth of segments young alike (`conveyor.rs`,
+/// `young_segment`; at `MIN_SEGMENTS`, 12, the head alone). SIEVE's hand otherwise settles where the
 /// newest entries are and evicts them as they come, while entries hit
 /// before a working set moved keep their marks for a whole lap: on a
 /// shifting working set (`nearcache bench traces`, gen-shift, 1,506
 /// entries) 0.840 instead of 0.820 (LRU 0.862), at a cost on Zipf of
 /// 0.003-0.007 (a one-hit key stays longer); 1/8 gives 0.846 and costs
 /// Zipf 0.004-0.011. Measured in engine.md, "Round ten".
-const YOUNG_SHARE: usize = 12;
+pub(super) const YOUNG_SHARE: usize = 12;
 
 /// A compaction reads the live entries from the index instead of walking
 /// the arena when the used arena holds at least this many bytes per live

@@ -16,7 +16,10 @@
 //!   `r` is not `w`, `r` holds nothing any more: it leaves the chain for
 //!   the free list. That is how segments come free. When it leaves `w`
 //!   itself, `w` ends where its survivors end. When the read cursor
-//!   reaches the head it wraps: both cursors go to the tail.
+//!   reaches the head it wraps: both cursors go to the tail. A lenient
+//!   pass (not a strict shard's) wraps once before the young segments,
+//!   the newest twelfth of the chain (`young_segment`), so a new entry is
+//!   not evicted before that much was appended after it.
 //! * A pass judges entries for a bounded number of bytes (`STEP_BUDGET`)
 //!   inside one move (`seq` odd, `REWRITING` set), so that a reader waits
 //!   for at most one pass. Between passes every segment in use is a
@@ -54,7 +57,7 @@
 //!   safe because every segment is whole entries between passes; entries
 //!   are parsed with the same checks as everywhere.
 
-use super::compaction::COMPACT_FREE_PERCENT;
+use super::compaction::{COMPACT_FREE_PERCENT, YOUNG_SHARE};
 use super::segments::Dropped;
 use super::{Check, Corrupt, Entry, Now, ShardGuard};
 use crate::hash::tag_of;
@@ -73,6 +76,11 @@ pub(super) struct Pass {
     /// nothing to do.
     pub(super) stuck: bool,
 }
+
+/// The most segments a lenient pass keeps young (`young_segment`): 16 MiB
+/// of 256 KiB segments, a twelfth of a shard of 192 MiB; larger shards
+/// keep a smaller share young, so that the walk that tells stays short.
+const MAX_YOUNG_SEGMENTS: usize = 64;
 
 /// The arena bytes whose crossing pays one pass (`keep_ahead`): a power
 /// of two, so that the test is a shift.
@@ -243,6 +251,9 @@ impl<'a> ShardGuard<'a> {
         let mut w_used = self.seg_used(w)?;
         let mut r_used = if r == head { 0 } else { self.seg_used(r)? };
         let mut wraps = 0;
+        // Lenient eviction wraps round before the young segments, once a
+        // pass (`young_segment`).
+        let spare_young = duel.is_none() && !self.strict();
         let mut advances = 0;
         let mut dropped = Dropped::default();
         let mut ahead = Lookahead::default();
@@ -252,6 +263,7 @@ impl<'a> ShardGuard<'a> {
         };
         loop {
             if r == head || rp >= r_used {
+                let mut young = false;
                 if r != head {
                     // The read cursor leaves `r`.
                     advances += 1;
@@ -294,9 +306,11 @@ impl<'a> ShardGuard<'a> {
                     r = next;
                     rp = 0;
                     r_used = if r == head { 0 } else { self.seg_used(r)? };
+                    young = spare_young && wraps == 0 && self.young_segment(r, head)?;
                 }
-                if r == head {
-                    // Wrap: both cursors to the tail.
+                if r == head || young {
+                    // Wrap: both cursors to the tail (from the head, or
+                    // before the young segments).
                     wraps += 1;
                     (w, wp, r, rp) = (tail, 0, tail, 0);
                     if tail == head || wraps > 1 {
@@ -405,6 +419,25 @@ impl<'a> ShardGuard<'a> {
         dropped.settle(self, active, pass.examined > 0)?;
         self.note_examined(pass.examined);
         Ok(pass)
+    }
+
+    /// Whether segment `s` of the chain is young: one of its newest
+    /// `seg_count / YOUNG_SHARE` segments (at most `MAX_YOUNG_SEGMENTS`),
+    /// the head counted, which a lenient pass reaches only after a wrap
+    /// round the older ones (`compaction.rs`, `YOUNG_SHARE`). A walk of
+    /// that many links at most: the table says nothing of a segment's
+    /// age, and the walk is the bound a hostile link cannot stretch.
+    fn young_segment(&self, s: usize, head: usize) -> Check<bool> {
+        let young = (self.shard.seg_count / YOUNG_SHARE).min(MAX_YOUNG_SEGMENTS);
+        let mut at = s;
+        for _ in 1..young {
+            match self.seg_next(at)? {
+                Some(next) if next == head => return Ok(true),
+                Some(next) => at = next,
+                None => return Ok(false),
+            }
+        }
+        Ok(false)
     }
 
     /// Whether live entries fill at least 90% of the room the segments give
