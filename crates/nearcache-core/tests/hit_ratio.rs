@@ -168,7 +168,7 @@ fn scan_mixed_hit_ratio_at_least_lru() {
 
 #[test]
 fn zipf_hit_ratio_at_least_lru_in_segmented_shards() {
-    // 2 MiB shards (the default: 18 segments each) and 4 MiB shards (32):
+    // 2 MiB shards (the default: 24 segments each) and 4 MiB shards (32):
     // eviction is SIEVE at segment granularity (`shard/conveyor.rs`),
     // over a key space several times what fits.
     let trace = zipf_trace(250_000, 600_000, 11);

@@ -174,7 +174,7 @@ fn op() -> impl Strategy<Value = Op> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(8))]
 
-    /// A 2 MiB shard (18 segments) filled several times over with values
+    /// A 2 MiB shard (24 segments) filled several times over with values
     /// of up to 4 KB: every answer agrees with a map (a miss is allowed:
     /// eviction; a wrong value never is), and the shard checks clean.
     #[test]
