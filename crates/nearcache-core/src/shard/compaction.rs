@@ -9,11 +9,11 @@
 //!   the young entries (the newest `1 / YOUNG_SHARE` of the used arena)
 //!   while the older ones can free enough in two laps, so a new entry
 //!   lives at least that long (a segmented shard's conveyor keeps its
-//!   newest segments young alike: `conveyor.rs`). Survivors slide down in order
-//!   (memmove, no scratch buffer, `Slider`) and the index is rebuilt from
-//!   the 31-bit tags the old slots carry (the tag gives the home slot): no
-//!   key is read or hashed, and entries store nothing of their hash (the
-//!   arena walk hashes the survivors' keys again).
+//!   newest segments young alike: `conveyor.rs`). Survivors slide down
+//!   in order (memmove, no scratch buffer, `Slider`) and the index is
+//!   rebuilt from the 31-bit tags the old slots carry (the tag gives the
+//!   home slot): no key is read or hashed, and entries store nothing of
+//!   their hash (the arena walk hashes the survivors' keys again).
 //! * A shard whose used arena is mostly dead copies finds its live entries
 //!   through the index instead of walking the arena (`gather_from_index`).
 //! * When the hand is part-way through the arena and the part behind it
@@ -64,9 +64,10 @@ const STRICT_FREE_PERCENT: usize = 5;
 /// used arena (the young entries) while the older ones can free enough:
 /// a new entry stays at least that long. A segmented shard keeps its
 /// newest twelfth of segments young alike (`conveyor.rs`,
-/// `young_segment`; at `MIN_SEGMENTS`, 12, the head alone). SIEVE's hand otherwise settles where the
-/// newest entries are and evicts them as they come, while entries hit
-/// before a working set moved keep their marks for a whole lap: on a
+/// `young_segment`; at `MIN_SEGMENTS`, 12, the head alone). SIEVE's hand
+/// otherwise settles where the newest entries are and evicts them as
+/// they come, while entries hit before a working set moved keep their
+/// marks for a whole lap: on a
 /// shifting working set (`nearcache bench traces`, gen-shift, 1,506
 /// entries) 0.840 instead of 0.820 (LRU 0.862), at a cost on Zipf of
 /// 0.003-0.007 (a one-hit key stays longer); 1/8 gives 0.846 and costs

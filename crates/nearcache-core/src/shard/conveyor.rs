@@ -252,8 +252,8 @@ impl<'a> ShardGuard<'a> {
         let mut r_used = if r == head { 0 } else { self.seg_used(r)? };
         let mut wraps = 0;
         // Lenient eviction wraps round before the young segments, once a
-        // pass (`young_segment`).
-        let spare_young = duel.is_none() && !self.strict();
+        // pass (`young_segment`); a pass that only drops the dead does not.
+        let spare_young = evict && duel.is_none() && !self.strict();
         let mut advances = 0;
         let mut dropped = Dropped::default();
         let mut ahead = Lookahead::default();
