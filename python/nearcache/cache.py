@@ -1153,7 +1153,9 @@ class Cache(PolicyMethods):
         (the default), ``"strict"`` or ``"lenient"``.
 
         Lenient is SIEVE: every new entry is admitted and the hand evicts
-        entries not read since it last passed.  Strict is W-TinyLFU's
+        entries not read since it last passed (sparing the newest twelfth
+        of each shard while older entries can free enough).  Strict is
+        W-TinyLFU's
         admission: a new entry not read since it came in stays only if it
         was asked for more often than the entry it would evict, which keeps
         a loop or a scan larger than the cache from turning it over.
