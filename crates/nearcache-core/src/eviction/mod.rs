@@ -28,8 +28,10 @@
 //!
 //! Policies ([`Policy`]):
 //!
-//! * `Sieve`: the engine today. The hand clears visited entries and evicts
-//!   unvisited ones.
+//! * `Sieve`: the engine's lenient admission. The hand clears visited
+//!   entries and evicts unvisited ones; with `Config::young_share` (12 in
+//!   the engine since round ten) it wraps round before the newest entries
+//!   while the older ones hold a victim.
 //! * `S3Fifo`: small (10% of the bytes) and main queues on one arena, told
 //!   apart by the queue bit; each has its own hand. A new key enters small
 //!   unless its fingerprint is in the ghost (then main). The small hand
@@ -486,6 +488,11 @@ pub struct Config {
     /// a hit when the main hand clears the entry's counter (as many as the
     /// counter holds, at most `counter_max`).
     pub mini_counted_hits: bool,
+    /// `Sieve`: the hand wraps round before the newest `live entries /
+    /// young_share` entries while the older ones have a victim (the
+    /// engine's lenient admission since round ten, which counts the
+    /// newest twelfth of the used arena's bytes); 0: never.
+    pub young_share: usize,
 }
 
 impl Config {
@@ -539,6 +546,7 @@ impl Config {
             switch: Switch::Mini,
             head_window: false,
             mini_counted_hits: false,
+            young_share: 0,
         }
     }
 }
@@ -1336,6 +1344,59 @@ impl ArenaShard {
         None
     }
 
+    /// Where the young entries start (`Config::young_share`): the arena
+    /// index of the oldest of the newest `items / young_share` live
+    /// entries. None when there are none, or nothing older.
+    fn young_from(&self) -> Option<usize> {
+        let share = self.cfg.young_share;
+        let young = (self.items as usize).checked_div(share).unwrap_or(0);
+        if young == 0 || young >= self.items as usize {
+            return None;
+        }
+        let mut seen = 0;
+        for i in (0..self.arena.len()).rev() {
+            if !self.arena[i].evicted {
+                seen += 1;
+                if seen == young {
+                    return Some(i);
+                }
+            }
+        }
+        None
+    }
+
+    /// SIEVE's victim among the entries before arena index `end` (the
+    /// young ones start there): the hand wraps round at `end`, clearing
+    /// counters as `main_victim` does. None if two laps find none.
+    fn old_victim(&mut self, end: usize) -> Option<usize> {
+        let mut i = if self.hand >= end { 0 } else { self.hand };
+        for _ in 0..2 * end + 2 {
+            if i >= end {
+                i = 0;
+            }
+            let e = &mut self.arena[i];
+            if e.evicted {
+                i += 1;
+                continue;
+            }
+            if e.freq == 0 {
+                self.hand = i;
+                return Some(i);
+            }
+            let n = e.freq;
+            e.freq = 0;
+            let (h, key, size) = (e.hash, e.key, e.size);
+            if self.cfg.policy.counter_feed() {
+                self.sketch.add(h, n);
+            }
+            if self.cfg.mini_counted_hits {
+                self.feed_minis(key, size, n as u32);
+            }
+            i += 1;
+        }
+        None
+    }
+
     /// The window's next candidate. The fixed window is a FIFO: its oldest
     /// entry. The adaptive window, which may grow to most of the cache, is
     /// walked like SIEVE so that it approximates LRU as Caffeine's window
@@ -1431,7 +1492,12 @@ impl ArenaShard {
         }
         match self.cfg.policy {
             Policy::Sieve => {
-                if let Some(v) = self.main_victim(None, false) {
+                let young = self.young_from();
+                let victim = match young {
+                    Some(end) => self.old_victim(end).or_else(|| self.main_victim(None, false)),
+                    None => self.main_victim(None, false),
+                };
+                if let Some(v) = victim {
                     self.drop_entry(v, false);
                     self.hand = v + 1;
                 }

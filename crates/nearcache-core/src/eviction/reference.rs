@@ -9,17 +9,25 @@ use std::collections::{HashMap, VecDeque};
 
 /// Textbook SIEVE (Zhang et al., NSDI '24): a queue, new keys at the
 /// head, a hand moving from the tail toward the head that clears visited
-/// bits and evicts the first unvisited key.
+/// bits and evicts the first unvisited key. With a young share, the hand
+/// goes back to the tail when it reaches the newest `len / young_share`
+/// keys, as long as the older ones hold a victim.
 pub struct RefSieve {
     cap: usize,
     /// Oldest first: index 0 is the tail.
     queue: Vec<(u64, bool)>,
     hand: usize,
+    young_share: usize,
 }
 
 impl RefSieve {
     pub fn new(cap: usize) -> RefSieve {
-        RefSieve { cap, queue: Vec::new(), hand: 0 }
+        RefSieve { cap, queue: Vec::new(), hand: 0, young_share: 0 }
+    }
+
+    /// SIEVE that spares the newest `len / young_share` keys.
+    pub fn with_young(cap: usize, young_share: usize) -> RefSieve {
+        RefSieve { young_share, ..RefSieve::new(cap) }
     }
 
     pub fn access(&mut self, key: u64) -> bool {
@@ -28,8 +36,11 @@ impl RefSieve {
             return true;
         }
         if self.queue.len() == self.cap {
+            let len = self.queue.len();
+            let young = len.checked_div(self.young_share).unwrap_or(0);
+            let end = if young == 0 || young >= len { len } else { len - young };
             loop {
-                if self.hand >= self.queue.len() {
+                if self.hand >= end {
                     self.hand = 0;
                 }
                 if self.queue[self.hand].1 {
