@@ -1325,23 +1325,30 @@ impl ArenaShard {
             if decrement {
                 e.freq -= 1;
             } else {
-                let n = e.freq;
-                e.freq = 0;
-                let (h, key, size) = (e.hash, e.key, e.size);
-                if self.cfg.queues {
-                    // The main conveyor copies the survivor down.
-                    self.seg_copied += e.size;
-                }
-                if self.cfg.policy.counter_feed() {
-                    self.sketch.add(h, n);
-                }
-                if self.cfg.mini_counted_hits {
-                    self.feed_minis(key, size, n as u32);
-                }
+                self.clear_counter(i);
             }
             i += 1;
         }
         None
+    }
+
+    /// The hand passes entry `i`, hit since it last came by: its counter
+    /// is cleared and its hits go where the policy learns them.
+    fn clear_counter(&mut self, i: usize) {
+        let e = &mut self.arena[i];
+        let n = e.freq;
+        e.freq = 0;
+        let (h, key, size) = (e.hash, e.key, e.size);
+        if self.cfg.queues {
+            // The main conveyor copies the survivor down.
+            self.seg_copied += size;
+        }
+        if self.cfg.policy.counter_feed() {
+            self.sketch.add(h, n);
+        }
+        if self.cfg.mini_counted_hits {
+            self.feed_minis(key, size, n as u32);
+        }
     }
 
     /// Where the young entries start (`Config::young_share`): the arena
@@ -1374,7 +1381,7 @@ impl ArenaShard {
             if i >= end {
                 i = 0;
             }
-            let e = &mut self.arena[i];
+            let e = &self.arena[i];
             if e.evicted {
                 i += 1;
                 continue;
@@ -1383,15 +1390,7 @@ impl ArenaShard {
                 self.hand = i;
                 return Some(i);
             }
-            let n = e.freq;
-            e.freq = 0;
-            let (h, key, size) = (e.hash, e.key, e.size);
-            if self.cfg.policy.counter_feed() {
-                self.sketch.add(h, n);
-            }
-            if self.cfg.mini_counted_hits {
-                self.feed_minis(key, size, n as u32);
-            }
+            self.clear_counter(i);
             i += 1;
         }
         None

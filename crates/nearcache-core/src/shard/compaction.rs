@@ -485,7 +485,7 @@ impl<'a> ShardGuard<'a> {
             || hand >= bump
             || bump - live_bytes > free_target
             || strict && !(hand < window && window <= bump)
-            || !strict && hand >= bump - bump / YOUNG_SHARE
+            || !strict && hand >= Self::young_start(bump)
         {
             return Ok(false);
         }
@@ -663,8 +663,14 @@ impl<'a> ShardGuard<'a> {
     /// the newest `1 / YOUNG_SHARE` of the used arena, which a lenient
     /// hand passes over.
     fn young_from(entries: &[Entry], bump: usize) -> usize {
-        let young = bump - bump / YOUNG_SHARE;
+        let young = Self::young_start(bump);
         entries.partition_point(|e| e.off < young)
+    }
+
+    /// The arena offset where the young entries start in a used arena of
+    /// `bump` bytes.
+    fn young_start(bump: usize) -> usize {
+        bump - bump / YOUNG_SHARE
     }
 
     /// What an evicting compaction must reach: free arena bytes (`need`
