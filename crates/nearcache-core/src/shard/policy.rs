@@ -164,6 +164,37 @@ const SKETCH_AGING: u64 = 10;
 const MINI_RATE_LOG2: u32 = 5;
 const MINI_ENTRIES: usize = 64;
 
+/// The log2 of the miniatures' sample rate for a shard of `items` entries
+/// and miniatures of `recs` records, moved from `log2`: one key in
+/// `2^MINI_RATE_LOG2` while that leaves a miniature `MINI_ENTRIES` entries
+/// or more (80 to 160), fewer while it would leave it under about 48, more
+/// while it would hold more entries than its records. Each bound has room
+/// to spare on the other side, as a rate that moved back and forth would
+/// empty the miniatures at every move; and a rate leaves its records'
+/// bound only for one within it, so that small miniatures, whose records
+/// leave no room between the two bounds, settle instead of swinging
+/// between two rates.
+fn sample_rate(items: usize, recs: usize, mut log2: u32) -> u32 {
+    let within = |log2: u32| items >> log2 <= recs;
+    // Each step moves towards a rate the bounds keep: at most 31 up, or
+    // down to the first one within them.
+    for _ in 0..64 {
+        let cap = items >> log2;
+        if log2 < 31 && (!within(log2) || log2 < MINI_RATE_LOG2 && cap >= 5 * MINI_ENTRIES / 2) {
+            log2 += 1;
+        } else if log2 > 0
+            && within(log2 - 1)
+            && (log2 <= MINI_RATE_LOG2 && cap < 3 * MINI_ENTRIES / 4
+                || log2 > MINI_RATE_LOG2 && items >> (log2 - 1) <= recs * 3 / 4)
+        {
+            log2 -= 1;
+        } else {
+            break;
+        }
+    }
+    log2
+}
+
 /// The miniatures' hits are halved every this many times their entries
 /// of sampled requests.
 const MINI_DECAY: u64 = 4;
@@ -654,26 +685,8 @@ impl Minis<'_> {
         } else {
             (shard.arena_size / (live / count).max(ENTRY_HEADER)).min(limit)
         };
-        // One key in 2^log2: up to one in `2^MINI_RATE_LOG2` while that
-        // leaves a miniature `MINI_ENTRIES` entries or more (80 to 160),
-        // then fewer, keeping it within its records. Each bound has room
-        // to spare on the other side (a rate that moved back and forth
-        // would empty the miniatures at every move).
-        let recs = shard.mini_records;
-        let mut log2 = (self.pol(pol::SAMPLE) as u32).min(31);
-        let start = log2;
-        for _ in 0..64 {
-            let cap = items >> log2;
-            if log2 < 31 && (cap > recs || log2 < MINI_RATE_LOG2 && cap >= 5 * MINI_ENTRIES / 2) {
-                log2 += 1;
-            } else if log2 > 0 && log2 <= MINI_RATE_LOG2 && cap < 3 * MINI_ENTRIES / 4
-                || log2 > MINI_RATE_LOG2 && items >> (log2 - 1) <= recs * 3 / 4
-            {
-                log2 -= 1;
-            } else {
-                break;
-            }
-        }
+        let start = (self.pol(pol::SAMPLE) as u32).min(31);
+        let log2 = sample_rate(items, shard.mini_records, start);
         if log2 != start {
             self.set_pol(pol::SAMPLE, log2 as u64);
             for m in 0..2 {
@@ -964,5 +977,38 @@ impl Minis<'_> {
         }
         self.set_mini(m, mini::HAND, hand);
         hand
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{sample_rate, MINI_ENTRIES, MINI_RATE_LOG2};
+
+    /// From any stored rate, the sample rate settles on one that keeps a
+    /// miniature within its records and that it would not move from
+    /// again, for shards of any entry count. Miniatures of 64 records
+    /// leave no room between their bounds at some counts (521 entries:
+    /// 65 at one in eight, 32 at one in sixteen), where the rate used to
+    /// swing between the two on every sampled request.
+    #[test]
+    fn the_sample_rate_settles_within_the_records() {
+        let mut items = 1usize;
+        while items < 1 << 28 {
+            for recs in [64, 128, 256] {
+                for start in 0..=31 {
+                    let log2 = sample_rate(items, recs, start);
+                    assert!(items >> log2 <= recs, "{items} entries, {recs} records: 2^{log2}");
+                    assert_eq!(sample_rate(items, recs, log2), log2, "{items}, {recs}, {start}");
+                    // No coarser rate than the bounds ask for.
+                    let cap = items >> log2;
+                    if log2 > MINI_RATE_LOG2 {
+                        assert!(items >> (log2 - 1) > recs * 3 / 4, "{items}, {recs}: 2^{log2}");
+                    } else if log2 > 0 && items >> (log2 - 1) <= recs {
+                        assert!(cap >= 3 * MINI_ENTRIES / 4, "{items}, {recs}: 2^{log2}");
+                    }
+                }
+            }
+            items += 1 + items / 50;
+        }
     }
 }
