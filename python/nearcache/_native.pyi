@@ -198,6 +198,10 @@ class NativeCache:
         every process); ``InvalidArgumentError`` for another mode."""
     def strict_shards(self) -> int:
         """How many shards admit new entries strictly now."""
+    def young_half_shards(self) -> int:
+        """How many shards admit leniently now and keep half their entries
+        young (adaptive shards on a working set that moves) instead of a
+        twelfth."""
     @property
     def lock_timeout_ms(self) -> float:
         """Longest wait for a shard lock held by another process."""

@@ -1396,6 +1396,18 @@ impl Store {
         Ok(n)
     }
 
+    /// How many shards admit leniently now and keep half their entries
+    /// young (an adaptive shard on a working set that moves) instead of a
+    /// twelfth.
+    pub fn young_half_shards(&self) -> Result<usize> {
+        self.live()?;
+        let mut n = 0;
+        for s in &self.shards {
+            n += self.lock_for_write(s)?.runs_young_half() as usize;
+        }
+        Ok(n)
+    }
+
     /// Remove every entry (and every spilled value's file).
     pub fn clear(&self) -> Result<()> {
         self.live()?;
@@ -2612,6 +2624,12 @@ impl Cache {
     /// How many shards admit new entries strictly now.
     pub fn strict_shards(&self) -> Result<usize> {
         self.whole(|s| s.strict_shards())
+    }
+
+    /// How many shards admit leniently now and keep half their entries
+    /// young instead of a twelfth.
+    pub fn young_half_shards(&self) -> Result<usize> {
+        self.whole(|s| s.young_half_shards())
     }
 
     /// Remove every entry (and every spilled value's file).

@@ -8,7 +8,7 @@
 mod common;
 use common::*;
 use nearcache_core::layout::entry_size;
-use nearcache_core::EvictionMode;
+use nearcache_core::{Cache, EvictionMode};
 use std::collections::{BTreeMap, HashMap};
 
 /// Deterministic xorshift64* generator.
@@ -125,6 +125,24 @@ fn replay_in(trace: &[u64], cache_size: usize, shards: usize, mode: EvictionMode
     (eh as f64 / trace.len() as f64, lh as f64 / trace.len() as f64)
 }
 
+/// Replay `trace` through `c` alone (get, set on a miss); its hit ratio.
+fn cache_aside(c: &Cache, trace: &[u64]) -> f64 {
+    let mut hits = 0usize;
+    let mut buf = vec![0u8; 512];
+    for &id in trace {
+        let k = key_of(id);
+        if c.get(&k).unwrap().is_some() {
+            hits += 1;
+        } else {
+            let vl = value_len(id);
+            buf.resize(vl, (id % 251) as u8);
+            c.set(&k, &buf[..vl], 0, 0).unwrap();
+        }
+    }
+    c.check().unwrap();
+    hits as f64 / trace.len() as f64
+}
+
 fn zipf_trace(n_keys: usize, len: usize, seed: u64) -> Vec<u64> {
     let z = Zipf::new(n_keys, 0.99);
     let mut rng = Rng(seed);
@@ -235,6 +253,56 @@ fn lenient_hand_keeps_the_newest_entries_when_the_old_were_read() {
             "{size} bytes: {old_left} of {first_new} old keys kept"
         );
         c.check().unwrap();
+    }
+}
+
+/// Zipf(0.99) over a working set of `space` keys that moves by half its
+/// size every `per_phase` requests, popularity drawn afresh each phase
+/// (the bench's gen-shift: a cache after a deploy, a news cycle).
+fn shift_trace(space: u64, phases: u64, per_phase: usize, seed: u64) -> Vec<u64> {
+    let z = Zipf::new(space as usize, 0.99);
+    let mut rng = Rng(seed);
+    let mut out = Vec::with_capacity(phases as usize * per_phase);
+    for p in 0..phases {
+        let base = p * space / 2;
+        // Rank -> key of this phase's set: a multiplier odd to `space`'s
+        // power-of-two part and an offset, both drawn per phase.
+        let (mul, add) = (rng.next() | 1, rng.next());
+        out.extend((0..per_phase).map(|_| {
+            let r = z.sample(&mut rng) as u64;
+            base + (r.wrapping_mul(mul).wrapping_add(add) % space)
+        }));
+    }
+    out
+}
+
+#[test]
+fn adaptive_admission_keeps_half_young_while_the_working_set_moves() {
+    // SIEVE keeping a twelfth of its entries young loses a working set
+    // that moves to LRU: the entries the old set left behind keep their
+    // marks a lap, and new entries past the young twelfth go first. An
+    // adaptive shard whose miniatures see CLOCK (a new key waits a whole
+    // lap) hit clearly more than SIEVE keeps half its entries young. On
+    // a skewed set that stays, it keeps a twelfth, SIEVE's strength. One
+    // shard of one segment (512 KiB) and one of 24 segments (2 MiB).
+    for (size, space) in [(512usize << 10, 4_000u64), (2 << 20, 16_000)] {
+        let moving = shift_trace(space, 8, 4 * space as usize, 5);
+        let (lenient, lru) = replay_in(&moving, size, 1, EvictionMode::Lenient);
+        let d = TempDir::new("hits-half");
+        let c = open(&d, "c", size, 1);
+        let adaptive = cache_aside(&c, &moving);
+        println!("moving {size}: adaptive {adaptive:.4} lenient {lenient:.4} lru {lru:.4}");
+        assert_eq!(c.young_half_shards().unwrap(), 1, "{size}: the moving set kept a twelfth");
+        assert!(adaptive > lenient + 0.01, "{size}: {adaptive:.4} against lenient {lenient:.4}");
+
+        let lasting = zipf_trace(space as usize * 4, 16 * space as usize, 9);
+        let d = TempDir::new("hits-twelfth");
+        let c = open(&d, "c", size, 1);
+        let adaptive = cache_aside(&c, &lasting);
+        let (lenient, lru) = replay_in(&lasting, size, 1, EvictionMode::Lenient);
+        println!("lasting {size}: adaptive {adaptive:.4} lenient {lenient:.4} lru {lru:.4}");
+        assert_eq!(c.young_half_shards().unwrap(), 0, "{size}: a lasting set got half young");
+        assert!(adaptive >= lenient - 0.005, "{size}: {adaptive:.4} against lenient {lenient:.4}");
     }
 }
 

@@ -1150,6 +1150,12 @@ impl NativeCache {
         self.inner.strict_shards().or_py(py)
     }
 
+    /// How many shards admit leniently now and keep half their entries
+    /// young instead of a twelfth.
+    fn young_half_shards(&self, py: Python<'_>) -> PyResult<usize> {
+        self.inner.young_half_shards().or_py(py)
+    }
+
     /// Remove every entry (only this prefix's entries when a prefix is set).
     fn clear(&self, py: Python<'_>) -> PyResult<()> {
         if self.prefix.is_empty() {

@@ -104,6 +104,8 @@ def test_traces_workload_tiny(tmp_path: Path) -> None:
         rows = {m.backend: m.metrics["hit_ratio"] for m in case.measurements}
         # the default's shards choose their admission
         assert 0 <= nc.metrics["strict_shards"] <= nc.info["shards"]
+        assert 0 <= nc.metrics["young_half_shards"] <= nc.info["shards"]
+        assert nc.metrics["strict_shards"] + nc.metrics["young_half_shards"] <= nc.info["shards"]
         # nearcache again, pinned lenient (SIEVE), same file
         lenient = case.get(NEARCACHE_LENIENT)
         assert lenient is not None and lenient.info["file_bytes"] == nc.info["file_bytes"]

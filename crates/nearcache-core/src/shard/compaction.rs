@@ -6,10 +6,12 @@
 //!   arena from oldest to newest, clearing the "visited" bit that a hit
 //!   sets and evicting the first unvisited entries, until a fraction of the
 //!   shard is free (`COMPACT_FREE_PERCENT`). The hand wraps round before
-//!   the young entries (the newest `1 / YOUNG_SHARE` of the used arena)
-//!   while the older ones can free enough in two laps, so a new entry
-//!   lives at least that long (a segmented shard's conveyor keeps its
-//!   newest segments young alike: `conveyor.rs`). Survivors slide down
+//!   the young entries (the newest `1 / YOUNG_SHARE` of the used arena,
+//!   or half of it in an adaptive shard whose miniatures chose it:
+//!   `young_share`, `policy.rs`) while the older ones can free enough in
+//!   two laps, so a new entry lives at least that long (a segmented
+//!   shard's conveyor keeps its newest segments young alike:
+//!   `conveyor.rs`). Survivors slide down
 //!   in order (memmove, no scratch buffer, `Slider`) and the index is
 //!   rebuilt from the 31-bit tags the old slots carry (the tag gives the
 //!   home slot): no key is read or hashed, and entries store nothing of
@@ -71,7 +73,9 @@ const STRICT_FREE_PERCENT: usize = 5;
 /// shifting working set (`nearcache bench traces`, gen-shift, 1,506
 /// entries) 0.840 instead of 0.820 (LRU 0.862), at a cost on Zipf of
 /// 0.003-0.007 (a one-hit key stays longer); 1/8 gives 0.846 and costs
-/// Zipf 0.004-0.011. Measured in engine.md, "Round ten".
+/// Zipf 0.004-0.011. Measured in engine.md, "Round ten". An adaptive
+/// shard keeps half young instead while a working set moves
+/// (`policy.rs`, `YOUNG_SHARE_HALF`; "Round eleven").
 pub(super) const YOUNG_SHARE: usize = 12;
 
 /// A compaction reads the live entries from the index instead of walking
@@ -380,7 +384,8 @@ impl<'a> ShardGuard<'a> {
         }
         // Lenient: the hand wraps before the young entries while the older
         // ones can free enough (at most two laps of them).
-        let young_from = if strict { n } else { Self::young_from(&entries, bump) };
+        let young_from =
+            if strict { n } else { Self::young_from(&entries, bump, self.young_share()) };
         let mut wrap_at = if young_from == 0 { n } else { young_from };
         if idx >= wrap_at {
             idx = 0;
@@ -485,7 +490,7 @@ impl<'a> ShardGuard<'a> {
             || hand >= bump
             || bump - live_bytes > free_target
             || strict && !(hand < window && window <= bump)
-            || !strict && hand >= Self::young_start(bump)
+            || !strict && hand >= Self::young_start(bump, self.young_share())
         {
             return Ok(false);
         }
@@ -544,7 +549,7 @@ impl<'a> ShardGuard<'a> {
             let w = region.iter().position(|e| e.off >= window).unwrap_or(region.len());
             (w, w..region.len())
         } else {
-            (Self::young_from(&region, bump), 0..0)
+            (Self::young_from(&region, bump, self.young_share()), 0..0)
         };
         let mut hand_at = 0;
         let mut unjudged = None;
@@ -660,17 +665,17 @@ impl<'a> ShardGuard<'a> {
     }
 
     /// The first of `entries` (in arena order) among the young: those in
-    /// the newest `1 / YOUNG_SHARE` of the used arena, which a lenient
-    /// hand passes over.
-    fn young_from(entries: &[Entry], bump: usize) -> usize {
-        let young = Self::young_start(bump);
+    /// the newest `1 / share` of the used arena (`young_share`), which a
+    /// lenient hand passes over.
+    fn young_from(entries: &[Entry], bump: usize, share: usize) -> usize {
+        let young = Self::young_start(bump, share);
         entries.partition_point(|e| e.off < young)
     }
 
     /// The arena offset where the young entries start in a used arena of
-    /// `bump` bytes.
-    fn young_start(bump: usize) -> usize {
-        bump - bump / YOUNG_SHARE
+    /// `bump` bytes, the newest `1 / share` of it young.
+    fn young_start(bump: usize, share: usize) -> usize {
+        bump - bump / share
     }
 
     /// What an evicting compaction must reach: free arena bytes (`need`

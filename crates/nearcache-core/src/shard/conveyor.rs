@@ -18,7 +18,8 @@
 //!   itself, `w` ends where its survivors end. When the read cursor
 //!   reaches the head it wraps: both cursors go to the tail. A lenient
 //!   pass (not a strict shard's) wraps once before the young segments,
-//!   the newest twelfth of the chain (`young_segment`), so a new entry is
+//!   the newest twelfth of the chain or half of it (`young_segment`,
+//!   `young_share`), so a new entry is
 //!   not evicted before that much was appended after it.
 //! * A pass judges entries for a bounded number of bytes (`STEP_BUDGET`)
 //!   inside one move (`seq` odd, `REWRITING` set), so that a reader waits
@@ -57,7 +58,7 @@
 //!   safe because every segment is whole entries between passes; entries
 //!   are parsed with the same checks as everywhere.
 
-use super::compaction::{COMPACT_FREE_PERCENT, YOUNG_SHARE};
+use super::compaction::COMPACT_FREE_PERCENT;
 use super::segments::Dropped;
 use super::{Check, Corrupt, Entry, Now, ShardGuard};
 use crate::hash::tag_of;
@@ -422,13 +423,15 @@ impl<'a> ShardGuard<'a> {
     }
 
     /// Whether segment `s` of the chain is young: one of its newest
-    /// `seg_count / YOUNG_SHARE` segments (at most `MAX_YOUNG_SEGMENTS`),
-    /// the head counted, which a lenient pass reaches only after a wrap
-    /// round the older ones (`compaction.rs`, `YOUNG_SHARE`). A walk of
+    /// `seg_count / young_share()` segments (a twelfth, or half while an
+    /// adaptive shard's miniatures choose it; at most
+    /// `MAX_YOUNG_SEGMENTS`), the head counted, which a lenient pass
+    /// reaches only after a wrap round the older ones (`compaction.rs`,
+    /// `YOUNG_SHARE`). A walk of
     /// that many links at most: the table says nothing of a segment's
     /// age, and the walk is the bound a hostile link cannot stretch.
     fn young_segment(&self, s: usize, head: usize) -> Check<bool> {
-        let young = (self.shard.seg_count / YOUNG_SHARE).min(MAX_YOUNG_SEGMENTS);
+        let young = (self.shard.seg_count / self.young_share()).min(MAX_YOUNG_SEGMENTS);
         let mut at = s;
         for _ in 1..young {
             match self.seg_next(at)? {

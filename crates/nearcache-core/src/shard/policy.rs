@@ -25,6 +25,10 @@
 //!   enough, a shard admits strictly unless lenient admission already
 //!   hits more, so that a loop is held from its start), strict, or
 //!   lenient. A lenient file learns nothing: neither structure is fed.
+//! * The young share of an adaptive shard's lenient admission: a twelfth
+//!   (`YOUNG_SHARE`, see `compaction.rs`), or half (`YOUNG_SHARE_HALF`)
+//!   while its lenient CLOCK miniature hits clearly more than its SIEVE
+//!   one, as on a working set that moves (engine.md, "Round eleven").
 //! * The sketch: a count-min sketch of four rows of 4-bit counters,
 //!   conservative update, halved every ten times the shard's entries
 //!   additions (TinyLFU's reset). It learns a key when the key is stored
@@ -37,11 +41,15 @@
 //!   '17). Keys whose tag falls in one group of 2^k (k at most 5 while a
 //!   miniature keeps 80 to 160 entries, more to keep it within its
 //!   records; k follows the shard's capacity in entries, not its count,
-//!   so it does not move while the shard fills) are replayed through two
-//!   miniature caches of the shard's capacity over 2^k entries, one strict
-//!   and one lenient (a FIFO window of 4% and a CLOCK main part of records
-//!   that hold the tag and a visited bit, found through an index of
-//!   fingerprints). A read is a request (hit or miss); a store of an
+//!   so it does not move while the shard fills) are replayed through three
+//!   miniature caches of the shard's capacity over 2^k entries: one
+//!   strict and one lenient (a FIFO window of 4% and a CLOCK main part),
+//!   which choose the mode, and one that runs SIEVE as a lenient shard
+//!   does (records in the order their keys came, with the holes of those
+//!   evicted, closed up when the appends reach the last record; a twelfth
+//!   of them young), which with the CLOCK one chooses the young share.
+//!   Records hold the tag and a visited bit and are found through an
+//!   index of fingerprints. A read is a request (hit or miss); a store of an
 //!   absent key puts the key in the miniatures. Hits are halved every four
 //!   times a miniature's entries of sampled requests. A new sample rate
 //!   empties them.
@@ -62,11 +70,13 @@
 //!
 //! Layout (`Geometry::policy_offset`, `policy_body_offset`,
 //! `policy_size`): the 64-byte header (the words in `pol`); the body: the
-//! sketch (`4 x width / 16` words), then two miniatures, each a 64-byte
-//! header (`mini`), `minis + minis / 8` u32 records (the main part's
-//! places, then the window's ring) and an index of u16 slots (record + 1;
+//! sketch (`4 x width / 16` words), then three miniatures, each a 64-byte
+//! header (`mini`), `minis + minis / 2` u32 records (the main part's
+//! places, then the window's ring, an eighth, of the strict and CLOCK
+//! ones; the SIEVE one's in order) and an index of u16 slots (record + 1;
 //! 0 empty), twice the records rounded up to a power of two.
 
+use super::compaction::YOUNG_SHARE;
 use super::{Shard, ShardGuard};
 use crate::layout::{sh, ENTRY_HEADER};
 use crate::lock;
@@ -98,20 +108,32 @@ mod pol {
 
 /// Words of a miniature's header.
 mod mini {
-    /// Records of the main part in use.
+    /// Records of the main part in use (the strict miniature); records
+    /// that hold a key (the lenient ones).
     pub const MAIN_LEN: usize = 0;
-    /// The CLOCK hand over the main part.
+    /// The CLOCK hand over the main part (strict); SIEVE's hand, a record
+    /// (lenient).
     pub const HAND: usize = 8;
-    /// The window ring: its oldest record and its length.
+    /// The window ring: its oldest record and its length (strict); the
+    /// records appended since the last close-up, holes counted
+    /// (lenient, `WIN_LEN`).
     pub const WIN_START: usize = 16;
     pub const WIN_LEN: usize = 24;
+    /// The SIEVE miniature's hits, lately (in its header only: the
+    /// policy header is full).
+    pub const HITS: usize = 32;
 }
+
+/// The miniatures: strict admission (0), lenient admission walked like
+/// CLOCK (1), lenient admission as a shard runs it, SIEVE keeping a
+/// twelfth of its entries young (2).
+const MINIS: usize = 3;
 
 const PIN_MASK: u64 = 3;
 /// The miniatures chose strict admission.
 const RUNS_STRICT: u64 = 1 << 8;
 /// The bits of `MODE` that mean something (a guard keeps them in a u16).
-const MODE_BITS: u64 = PIN_MASK | RUNS_STRICT | WARM;
+const MODE_BITS: u64 = PIN_MASK | RUNS_STRICT | WARM | YOUNG_HALF;
 /// A guard that has not read `MODE` yet (`ShardGuard::mode`).
 pub(super) const MODE_UNREAD: u16 = u16::MAX;
 /// The miniatures have seen enough to choose (their first period of
@@ -120,6 +142,9 @@ pub(super) const MODE_UNREAD: u16 = u16::MAX;
 /// and a workload that favours recency costs strict admission's writes
 /// only while the shard warms up.
 const WARM: u64 = 1 << 9;
+/// Adaptive, lenient admission: the miniatures chose to keep the newest
+/// half of the entries young instead of a twelfth (`young_share`).
+const YOUNG_HALF: u64 = 1 << 10;
 
 /// How a file's shards choose their admission mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -194,6 +219,23 @@ fn sample_rate(items: usize, recs: usize, mut log2: u32) -> u32 {
     }
     log2
 }
+
+/// The young share (`compaction.rs`, `YOUNG_SHARE`) of an adaptive shard
+/// whose CLOCK miniature hits clearly more than its SIEVE one: a working
+/// set that moves (engine.md, "Round eleven"). CLOCK puts a new key
+/// behind its hand, where it waits a whole lap; SIEVE keeping half its
+/// entries young hits as CLOCK does, within a hit or two, where the
+/// twelfth differs by a few in a hundred either way.
+pub(super) const YOUNG_SHARE_HALF: usize = 2;
+
+/// An adaptive shard keeps half its entries young once the lenient
+/// CLOCK miniature's hits lately exceed the SIEVE miniature's by a
+/// 1/`YOUNG_WIN_RATIO` part and `YOUNG_WIN_HITS` more, and goes back to a
+/// twelfth on the same lead the other way. Both hit within a hit or two of
+/// each other where the share does not matter (a cache holding most of a
+/// skewed set), and that must not move the share back and forth.
+const YOUNG_WIN_RATIO: u64 = 64;
+const YOUNG_WIN_HITS: u64 = 2;
 
 /// The miniatures' hits are halved every this many times their entries
 /// of sampled requests.
@@ -336,6 +378,18 @@ impl ShardGuard<'_> {
         self.shard.learns_in(self.mode())
     }
 
+    /// The share of a lenient shard's entries kept young, as a divisor:
+    /// a twelfth (`YOUNG_SHARE`), or half in an adaptive shard whose
+    /// miniatures chose it.
+    pub(super) fn young_share(&self) -> usize {
+        let mode = self.mode();
+        if self.shard.policy_armed() && mode & PIN_MASK == 2 && mode & YOUNG_HALF != 0 {
+            YOUNG_SHARE_HALF
+        } else {
+            YOUNG_SHARE
+        }
+    }
+
     /// Whether the shard admits new entries strictly now.
     pub(super) fn strict(&self) -> bool {
         let mode = self.mode();
@@ -363,6 +417,12 @@ impl ShardGuard<'_> {
     /// Whether the shard runs strict now (`strict`, for statistics).
     pub(crate) fn runs_strict(&self) -> bool {
         self.strict()
+    }
+
+    /// Whether the shard admits leniently now, half its entries young
+    /// (`young_share`, for statistics).
+    pub(crate) fn runs_young_half(&self) -> bool {
+        !self.strict() && self.young_share() == YOUNG_SHARE_HALF
     }
 
     /// Pin the mode (or let the miniatures choose again).
@@ -689,8 +749,8 @@ impl Minis<'_> {
         let log2 = sample_rate(items, shard.mini_records, start);
         if log2 != start {
             self.set_pol(pol::SAMPLE, log2 as u64);
-            for m in 0..2 {
-                for w in [mini::MAIN_LEN, mini::HAND, mini::WIN_START, mini::WIN_LEN] {
+            for m in 0..MINIS {
+                for w in [mini::MAIN_LEN, mini::HAND, mini::WIN_START, mini::WIN_LEN, mini::HITS] {
                     self.set_mini(m, w, 0);
                 }
                 for j in 0..self.index_len() {
@@ -705,8 +765,7 @@ impl Minis<'_> {
     }
 
     fn mini_base(&self, m: usize) -> usize {
-        let recs = self.shard.mini_records;
-        4 * self.shard.sketch_width / 2 + m * (64 + 4 * (recs + recs / 8) + 2 * self.index_len())
+        4 * self.shard.sketch_width / 2 + m * (64 + 4 * self.mini_total() + 2 * self.index_len())
     }
 
     fn mini(&self, m: usize, field: usize) -> usize {
@@ -717,11 +776,9 @@ impl Minis<'_> {
         self.shard.body_u64(self.mini_base(m) + field).store(v as u64, Relaxed);
     }
 
-    /// Record `i` of miniature `m`: the main part's for `i < minis`, then
-    /// the window ring's.
+    /// Record `i` of miniature `m` (`mini_total`).
     fn rec_word(&self, m: usize, i: usize) -> &AtomicU32 {
-        let recs = self.shard.mini_records;
-        assert!(i < recs + recs / 8);
+        assert!(i < self.mini_total());
         self.shard.body_u32(self.mini_base(m) + 64 + 4 * i)
     }
 
@@ -745,9 +802,16 @@ impl Minis<'_> {
             return;
         }
         let fp = (tag & !REC_VISITED).max(1);
-        let mut hits = [self.pol(pol::MINI_HITS), self.pol(pol::MINI_HITS + 8)];
+        let mut hits = [
+            self.pol(pol::MINI_HITS),
+            self.pol(pol::MINI_HITS + 8),
+            self.mini(2, mini::HITS) as u64,
+        ];
         for (m, h) in hits.iter_mut().enumerate() {
-            let hit = self.mini_access(m, fp, entries, counted);
+            let hit = match m {
+                0 | 1 => self.mini_access(m, fp, entries, counted),
+                _ => self.sieve_access(m, fp, entries, counted),
+            };
             *h = h.saturating_add((hit && counted) as u64);
         }
         // A store counts towards the period too: a shard only written to
@@ -764,6 +828,7 @@ impl Minis<'_> {
         self.set_pol(pol::MINI_REQUESTS, reads << 32 | requests);
         self.set_pol(pol::MINI_HITS, hits[0]);
         self.set_pol(pol::MINI_HITS + 8, hits[1]);
+        self.set_mini(2, mini::HITS, hits[2] as usize);
         // Strict admission costs more per write: once warm, a lenient
         // shard turns strict only on a clear win. A strict one (by choice,
         // or warming up) stays strict on a tie, and turns lenient when
@@ -776,28 +841,43 @@ impl Minis<'_> {
         // written to) is no reason to pay strict admission's writes.
         // A shard still warming up turns lenient as soon as lenient
         // admission hits more by two (one hit is a coin toss).
+        //
+        // The young share: half the entries once the CLOCK miniature hits
+        // clearly more than the SIEVE one (a working set that moves), a
+        // twelfth again on as clear a lead the other way (a skewed,
+        // lasting one). The choice of mode reads the CLOCK miniature, as
+        // it did before the SIEVE one came.
         let clearly = |a: u64, b: u64| a > b.saturating_add(b / STRICT_WIN_RATIO + STRICT_WIN_HITS);
-        let holds = hits[0] > hits[1] || hits[0] == hits[1] && reads > 0;
+        let clearly_young =
+            |a: u64, b: u64| a > b.saturating_add(b / YOUNG_WIN_RATIO + YOUNG_WIN_HITS);
         let word = self.shard.pol_word(pol::MODE);
         let _ = word.fetch_update(Relaxed, Relaxed, |mode| {
-            let warm = warmed || hits[1] > hits[0].saturating_add(1);
+            let half = if mode & YOUNG_HALF == 0 {
+                clearly_young(hits[1], hits[2])
+            } else {
+                !clearly_young(hits[2], hits[1])
+            };
+            let lenient = hits[1];
+            let holds = hits[0] > lenient || hits[0] == lenient && reads > 0;
+            let warm = warmed || lenient > hits[0].saturating_add(1);
             let strict = if mode & WARM == 0 {
                 warm && holds
             } else if mode & RUNS_STRICT == 0 {
-                clearly(hits[0], hits[1])
+                clearly(hits[0], lenient)
             } else {
                 holds
             };
-            let new = mode & !RUNS_STRICT
+            let new = mode & !(RUNS_STRICT | YOUNG_HALF)
                 | if strict { RUNS_STRICT } else { 0 }
+                | if half { YOUNG_HALF } else { 0 }
                 | if warm { WARM } else { 0 };
             (new != mode).then_some(new)
         });
     }
 
-    /// One request for `fp` in miniature `m` (0 strict, 1 lenient) of
-    /// `entries` entries (a store, not `counted`, does not mark a present
-    /// key). Returns whether it hit.
+    /// One request for `fp` in miniature `m` (0 strict, 1 lenient CLOCK)
+    /// of `entries` entries (a store, not `counted`, does not mark a
+    /// present key). Returns whether it hit.
     fn mini_access(&self, m: usize, fp: u32, entries: usize, counted: bool) -> bool {
         let recs = self.shard.mini_records;
         let ring = recs / 8;
@@ -862,18 +942,97 @@ impl Minis<'_> {
         false
     }
 
+    /// One request for `fp` in miniature `m` (2) of `entries` entries:
+    /// SIEVE as a lenient shard runs it, a twelfth of its entries young,
+    /// one eviction at a time. Records hold the keys in
+    /// the order they came, with holes where keys were evicted; the hand
+    /// walks them oldest first, clearing visited records and evicting the
+    /// first unvisited one, and wraps round before the young records (the
+    /// newest appends, as many as that share of the keys held). Appends
+    /// that reach the last record first close up the holes. Returns
+    /// whether it hit.
+    fn sieve_access(&self, m: usize, fp: u32, entries: usize, counted: bool) -> bool {
+        let total = self.mini_total();
+        let cap = entries.clamp(1, self.shard.mini_records);
+        let share = YOUNG_SHARE;
+        // Every word clamped to the records: a hint, never a bound.
+        let mut used = self.mini(m, mini::WIN_LEN).min(total);
+        let mut live = self.mini(m, mini::MAIN_LEN).min(used);
+        let mut hand = self.mini(m, mini::HAND).min(used);
+        if let Some((_, pos)) = self.mini_find(m, fp) {
+            let r = self.rec(m, pos);
+            if r & REC_VISITED == 0 && counted {
+                self.set_rec(m, pos, r | REC_VISITED);
+            }
+            return true;
+        }
+        // Evict down to room for one more. Two laps of the older records
+        // find an unvisited one (the first clears every mark); a third
+        // walks the young too, and a fourth gives up (words out of step).
+        let mut wraps = 0;
+        while live >= cap && wraps < 4 {
+            let young_from = if wraps < 2 { used - live / share } else { used };
+            if hand >= young_from {
+                hand = 0;
+                wraps += 1;
+                continue;
+            }
+            let r = self.rec(m, hand);
+            if r & !REC_VISITED != 0 {
+                if r & REC_VISITED != 0 {
+                    self.set_rec(m, hand, r & !REC_VISITED);
+                } else {
+                    self.mini_forget(m, hand);
+                    self.set_rec(m, hand, 0);
+                    live -= 1;
+                }
+            }
+            hand += 1;
+        }
+        if used == total {
+            // Close up the holes; the hand stays on the record it was on.
+            let mut to = 0;
+            let mut new_hand = 0;
+            for from in 0..used {
+                if from == hand {
+                    new_hand = to;
+                }
+                let r = self.rec(m, from);
+                if r & !REC_VISITED == 0 {
+                    continue;
+                }
+                if from != to {
+                    self.mini_move(m, from, to);
+                    self.set_rec(m, from, 0);
+                }
+                to += 1;
+            }
+            hand = if hand >= used { to } else { new_hand };
+            used = to;
+            live = to;
+        }
+        if used < total {
+            self.set_rec(m, used, fp);
+            self.mini_index(m, fp, used);
+            used += 1;
+            live += 1;
+        }
+        self.set_mini(m, mini::MAIN_LEN, live);
+        self.set_mini(m, mini::HAND, hand);
+        self.set_mini(m, mini::WIN_LEN, used);
+        false
+    }
+
     // ---- a miniature's index: fingerprint -> record, linear probing ----
 
     /// Slots of a miniature's index: twice its records, a power of two.
     fn index_len(&self) -> usize {
-        let recs = self.shard.mini_records;
-        (2 * (recs + recs / 8)).next_power_of_two()
+        (2 * self.mini_total()).next_power_of_two()
     }
 
     fn slot_word(&self, m: usize, j: usize) -> &AtomicU16 {
-        let recs = self.shard.mini_records;
         assert!(j < self.index_len());
-        self.shard.body_u16(self.mini_base(m) + 64 + 4 * (recs + recs / 8) + 2 * j)
+        self.shard.body_u16(self.mini_base(m) + 64 + 4 * self.mini_total() + 2 * j)
     }
 
     fn index_slot(&self, m: usize, j: usize) -> usize {
@@ -908,9 +1067,13 @@ impl Minis<'_> {
         None
     }
 
-    /// Records of a miniature: the main part's, then the window ring's.
+    /// Records of a miniature: the strict one's main part, then its window
+    /// ring (an eighth); a lenient one's in the order their keys came, with
+    /// the holes of those evicted (half again as many records as entries,
+    /// so that closing up the holes is paid once per half a miniature of
+    /// appends).
     fn mini_total(&self) -> usize {
-        self.shard.mini_records + self.shard.mini_records / 8
+        self.shard.mini_records + self.shard.mini_records / 2
     }
 
     /// Index `fp`, held in record `pos`.

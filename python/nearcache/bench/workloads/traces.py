@@ -312,7 +312,7 @@ class Traces(Workload):
         size = calibrate_size(directory, target, KEY_BYTES, mean_size)
         path = str(directory / f"traces-{ctx.run_id}-{os.getpid()}")
         every = max(1, min(n // 200, target // 4))
-        hits, entries, held, shards, strict = _replay_in_file(
+        hits, entries, held, shards, strict, half = _replay_in_file(
             native, path, size, trace, every, None
         )
         capacity = max(1, round(entries))
@@ -324,15 +324,17 @@ class Traces(Workload):
                     "hit_ratio": hits / n,
                     **common,
                     "held_bytes": held,
-                    # shards admitting strictly at the end (adaptive)
+                    # shards admitting strictly at the end (adaptive), and
+                    # those admitting leniently with half their entries young
                     "strict_shards": float(strict),
+                    "young_half_shards": float(half),
                 },
                 info={"file_bytes": size, "shards": shards, "limit": f"{size:,}-byte file"},
             )
         )
         # nearcache again in the same file, pinned to lenient admission
         # (SIEVE: `Cache.eviction_mode`), what the default adapts from.
-        hits, entries, held, _, _ = _replay_in_file(native, path, size, trace, every, "lenient")
+        hits, entries, held, _, _, _ = _replay_in_file(native, path, size, trace, every, "lenient")
         out.append(
             Measurement(
                 backend=NEARCACHE_LENIENT,
@@ -509,11 +511,12 @@ class Traces(Workload):
 
 def _replay_in_file(
     native: Any, path: str, size: int, trace: Trace, every: int, mode: str | None
-) -> tuple[int, float, float, int, int]:
+) -> tuple[int, float, float, int, int, int]:
     """Replay ``trace`` through a new nearcache file of ``size`` bytes at
     ``path`` (its eviction mode pinned to ``mode``, else the default; the
     entries counted every ``every`` requests), then remove the file:
     (hits, mean entries held, held bytes, shards, shards admitting strictly
+    at the end, shards admitting leniently with half their entries young
     at the end)."""
     try:
         cache = native.NativeCache(path, size, recreate=True)
@@ -521,7 +524,14 @@ def _replay_in_file(
             if mode is not None:
                 cache.set_eviction_mode(mode)
             hits, entries, held = replay_nearcache(cache, trace, b"v" * VALUE_BYTES, every)
-            return hits, entries, held, cache.shard_count, cache.strict_shards()
+            return (
+                hits,
+                entries,
+                held,
+                cache.shard_count,
+                cache.strict_shards(),
+                cache.young_half_shards(),
+            )
         finally:
             cache.close()
     finally:
