@@ -1163,7 +1163,10 @@ class Cache(PolicyMethods):
         replaying a sample of the shard's keys, hits more with (strict on a
         clear win, lenient again only when lenient hits more): SIEVE's hit
         ratio where recency pays, strict
-        admission's where loops and scans would turn the cache over.
+        admission's where loops and scans would turn the cache over.  A
+        lenient adaptive shard spares the newest half of its entries
+        instead of a twelfth while a third miniature shows that a moving
+        working set favours it.
         Lenient costs the least per read and write (it learns nothing:
         ``docs/benchmarks.md``, "Eviction on traces", has what the others
         cost); pin it for a workload known to favour recency, and

@@ -1926,7 +1926,7 @@ pub fn limit_for_mean(cfg: Config, entries: u64, requests: &[(u64, u64)]) -> u64
 }
 
 #[cfg(test)]
-mod reference;
+pub(crate) mod reference;
 
 #[cfg(test)]
 mod tests;

@@ -1145,7 +1145,59 @@ impl Minis<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::{sample_rate, MINI_ENTRIES, MINI_RATE_LOG2};
+    use super::{mini, sample_rate, MINI_ENTRIES, MINI_RATE_LOG2, YOUNG_SHARE};
+    use crate::cache::Store;
+    use crate::eviction::reference::RefSieve;
+    use crate::file::OpenOptions;
+    use std::time::Duration;
+
+    /// The SIEVE miniature makes the choices of a textbook SIEVE that
+    /// spares its newest twelfth (`RefSieve::with_young`, the eviction
+    /// model's reference) on random traces: its holes, its close-ups and
+    /// its wraps round the young records change nothing it decides.
+    #[test]
+    fn the_sieve_miniature_is_a_textbook_sieve() {
+        let dir = std::env::temp_dir().join(format!("nearcache-minis-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("c");
+        let opts = OpenOptions {
+            size: Some(1 << 20),
+            shards: 1,
+            recreate: true,
+            preallocate: true,
+            ..OpenOptions::default()
+        };
+        let store = Store::open_as(&path, &path, &opts, None).unwrap();
+        let shard = &store.shard_slice()[0];
+        let guard = shard.lock(Duration::from_secs(5)).unwrap();
+        let minis = guard.shard.try_minis(false).unwrap();
+        let recs = shard.mini_records;
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        for (cap, keys) in [(recs, 3 * recs), (recs / 2, recs), (7, 20), (recs, 10 * recs), (1, 3)]
+        {
+            for w in [mini::MAIN_LEN, mini::HAND, mini::WIN_LEN] {
+                minis.set_mini(2, w, 0);
+            }
+            for j in 0..minis.index_len() {
+                minis.set_index_slot(2, j, 0);
+            }
+            let mut reference = RefSieve::with_young(cap, YOUNG_SHARE);
+            for i in 0..20_000 {
+                rng ^= rng >> 12;
+                rng ^= rng << 25;
+                rng ^= rng >> 27;
+                // Skewed: half the requests from an eighth of the keys.
+                let r = rng.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 1;
+                let key = if r & 1 == 0 { r % (keys as u64 / 8 + 1) } else { r % keys as u64 } + 1;
+                let hit = minis.sieve_access(2, key as u32, cap, true);
+                assert_eq!(hit, reference.access(key), "{cap} entries, request {i}");
+            }
+        }
+        drop(minis);
+        drop(guard);
+        drop(store);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     /// From any stored rate, the sample rate settles on one that keeps a
     /// miniature within its records and that it would not move from
