@@ -1388,22 +1388,22 @@ impl Store {
 
     /// How many shards admit new entries strictly now.
     pub fn strict_shards(&self) -> Result<usize> {
-        self.live()?;
-        let mut n = 0;
-        for s in &self.shards {
-            n += self.lock_for_write(s)?.runs_strict() as usize;
-        }
-        Ok(n)
+        self.count_shards(|g| g.runs_strict())
     }
 
     /// How many shards admit leniently now and keep half their entries
     /// young (an adaptive shard on a working set that moves) instead of a
     /// twelfth.
     pub fn young_half_shards(&self) -> Result<usize> {
+        self.count_shards(|g| g.runs_young_half())
+    }
+
+    /// How many shards `state` holds of, each asked under its lock.
+    fn count_shards(&self, state: impl Fn(&ShardGuard<'_>) -> bool) -> Result<usize> {
         self.live()?;
         let mut n = 0;
         for s in &self.shards {
-            n += self.lock_for_write(s)?.runs_young_half() as usize;
+            n += state(&self.lock_for_write(s)?) as usize;
         }
         Ok(n)
     }

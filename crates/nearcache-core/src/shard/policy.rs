@@ -887,11 +887,7 @@ impl Minis<'_> {
         let mut main_len = self.mini(m, mini::MAIN_LEN).min(recs);
         let mut win_start = self.mini(m, mini::WIN_START) % ring;
         let mut win_len = self.mini(m, mini::WIN_LEN).min(ring);
-        if let Some((_, pos)) = self.mini_find(m, fp) {
-            let r = self.rec(m, pos);
-            if r & REC_VISITED == 0 && counted {
-                self.set_rec(m, pos, r | REC_VISITED);
-            }
+        if self.mini_hit(m, fp, counted) {
             return true;
         }
         // A miss: the key enters the window; the oldest over its share
@@ -942,6 +938,16 @@ impl Minis<'_> {
         false
     }
 
+    /// Whether miniature `m` holds `fp`; a read (`counted`) marks it.
+    fn mini_hit(&self, m: usize, fp: u32, counted: bool) -> bool {
+        let Some((_, pos)) = self.mini_find(m, fp) else { return false };
+        let r = self.rec(m, pos);
+        if r & REC_VISITED == 0 && counted {
+            self.set_rec(m, pos, r | REC_VISITED);
+        }
+        true
+    }
+
     /// One request for `fp` in miniature `m` (2) of `entries` entries:
     /// SIEVE as a lenient shard runs it, a twelfth of its entries young,
     /// one eviction at a time. Records hold the keys in
@@ -959,11 +965,7 @@ impl Minis<'_> {
         let mut used = self.mini(m, mini::WIN_LEN).min(total);
         let mut live = self.mini(m, mini::MAIN_LEN).min(used);
         let mut hand = self.mini(m, mini::HAND).min(used);
-        if let Some((_, pos)) = self.mini_find(m, fp) {
-            let r = self.rec(m, pos);
-            if r & REC_VISITED == 0 && counted {
-                self.set_rec(m, pos, r | REC_VISITED);
-            }
+        if self.mini_hit(m, fp, counted) {
             return true;
         }
         // Evict down to room for one more. Two laps of the older records
