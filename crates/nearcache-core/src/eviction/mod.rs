@@ -1285,7 +1285,13 @@ impl ArenaShard {
     /// The next live entry at or after `from` (wrapping) with `small`
     /// equal to `want` (any entry when `want` is None). None if there is none.
     fn next_from(&self, from: usize, want: Option<bool>) -> Option<usize> {
-        let n = self.arena.len();
+        self.next_before(from, self.arena.len(), want)
+    }
+
+    /// `next_from` among the entries before arena index `end` (wrapping
+    /// there).
+    fn next_before(&self, from: usize, end: usize, want: Option<bool>) -> Option<usize> {
+        let n = end.min(self.arena.len());
         if n == 0 {
             return None;
         }
@@ -1312,11 +1318,18 @@ impl ArenaShard {
     /// `decrement`: counters go down by one per pass (S3-FIFO's main) rather
     /// than to zero. `want`: which entries the hand walks.
     fn main_victim(&mut self, want: Option<bool>, decrement: bool) -> Option<usize> {
-        // At most counter_max + 1 passes over the arena.
-        let limit = (self.arena.len() + 1) * (self.cfg.counter_max as usize + 2);
+        self.victim_before(self.arena.len(), want, decrement)
+    }
+
+    /// `main_victim` among the entries before arena index `end`: the hand
+    /// wraps round there (SIEVE sparing its young entries, which start at
+    /// `end`).
+    fn victim_before(&mut self, end: usize, want: Option<bool>, decrement: bool) -> Option<usize> {
+        // At most counter_max + 1 passes over the entries.
+        let limit = (end + 1) * (self.cfg.counter_max as usize + 2);
         let mut i = self.hand;
         for _ in 0..limit {
-            i = self.next_from(i, want)?;
+            i = self.next_before(i, end, want)?;
             let e = &mut self.arena[i];
             if e.freq == 0 {
                 self.hand = i;
@@ -1368,30 +1381,6 @@ impl ArenaShard {
                     return Some(i);
                 }
             }
-        }
-        None
-    }
-
-    /// SIEVE's victim among the entries before arena index `end` (the
-    /// young ones start there): the hand wraps round at `end`, clearing
-    /// counters as `main_victim` does. None if two laps find none.
-    fn old_victim(&mut self, end: usize) -> Option<usize> {
-        let mut i = if self.hand >= end { 0 } else { self.hand };
-        for _ in 0..2 * end + 2 {
-            if i >= end {
-                i = 0;
-            }
-            let e = &self.arena[i];
-            if e.evicted {
-                i += 1;
-                continue;
-            }
-            if e.freq == 0 {
-                self.hand = i;
-                return Some(i);
-            }
-            self.clear_counter(i);
-            i += 1;
         }
         None
     }
@@ -1493,7 +1482,9 @@ impl ArenaShard {
             Policy::Sieve => {
                 let young = self.young_from();
                 let victim = match young {
-                    Some(end) => self.old_victim(end).or_else(|| self.main_victim(None, false)),
+                    Some(end) => self
+                        .victim_before(end, None, false)
+                        .or_else(|| self.main_victim(None, false)),
                     None => self.main_victim(None, false),
                 };
                 if let Some(v) = victim {
