@@ -65,7 +65,20 @@ pub const MAGIC: [u8; 8] = *b"NEARCACH";
 /// Version 14: three miniature caches (a third that runs SIEVE as a
 /// lenient shard does, to choose the young share) of half again as many
 /// records as entries: the same file size has another policy region.
-pub const LAYOUT_VERSION: u32 = 14;
+/// Version 15: a frequency sketch of 2,048 counters per row at least in
+/// shards of 128 KiB or more, a 32nd of a smaller shard (was 64), so a
+/// small shard's sketch tells its keys apart: the same file size has
+/// another policy region.
+pub const LAYOUT_VERSION: u32 = 15;
+/// Fewest counters per row of a shard's frequency sketch (4 KiB in all),
+/// in shards of 128 KiB or more (a 32nd of a smaller one). The sketch
+/// counts the keys of about ten times a shard's entries in additions
+/// before it halves: a small shard sees more keys than an eighth of its
+/// index slots tells apart (64 counters, before), its counters fill up,
+/// and a duel becomes a coin toss. Shards of 1 MiB or more have as many
+/// already; a smaller one holds up to 5% fewer entries (engine.md,
+/// "Round twelve").
+const MIN_SKETCH: usize = 2048;
 /// Size of the file header; shards start here, page-aligned.
 pub const HEADER_SIZE: usize = 4096;
 /// Shard sizes are multiples of this.
@@ -473,11 +486,13 @@ impl Geometry {
     }
 
     /// The policy region's parts: counters per row of the frequency
-    /// sketch (a power of two: an eighth of the index slots, 64 to 65,536)
+    /// sketch (a power of two: an eighth of the index slots, at least
+    /// `MIN_SKETCH` or what a 32nd of the shard holds, at most 65,536)
     /// and records per miniature cache (a power of two: a 32nd of the
     /// index's load limit, 64 to 256).
     pub fn policy_parts(&self) -> (usize, usize) {
-        let sketch = (self.slots_per_shard / 8).next_power_of_two().clamp(64, 1 << 16);
+        let floor = MIN_SKETCH.min(prev_power_of_two(self.shard_size / 64));
+        let sketch = (self.slots_per_shard / 8).next_power_of_two().clamp(floor, 1 << 16);
         let minis = (self.slots_per_shard * 3 / 4 / 32).next_power_of_two().clamp(64, 256);
         (sketch, minis)
     }
@@ -724,6 +739,26 @@ mod tests {
         assert_eq!(g.max_entry_size(), size);
         let tiny = Geometry::for_size(HEADER_SIZE + MIN_SHARD_SIZE, 0).unwrap();
         assert_eq!(tiny.shard_count, 1);
+    }
+
+    #[test]
+    fn the_sketch_has_a_floor_a_small_shard_can_afford() {
+        // (shard size, counters per row): a 32nd of the shard up to 128
+        // KiB, `MIN_SKETCH` from there until an eighth of the index slots
+        // is more (1 MiB), that eighth above.
+        for (shard, width) in
+            [(16 << 10, 256), (28 << 10, 256), (32 << 10, 512), (128 << 10, 2048), (2 << 20, 4096)]
+        {
+            let g = Geometry::for_size(HEADER_SIZE + shard, 1).unwrap();
+            assert_eq!(g.shard_size, shard);
+            assert_eq!(g.policy_parts().0, width, "{shard}-byte shard");
+            // Four rows of 4-bit counters: at most a 32nd of the shard
+            // where the floor decides.
+            if g.slots_per_shard / 8 < width {
+                assert!(4 * width / 2 <= shard / 32, "{shard}-byte shard");
+            }
+            assert!(g.arena_size() >= MIN_SHARD_SIZE / 2);
+        }
     }
 
     #[test]

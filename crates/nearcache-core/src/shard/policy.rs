@@ -57,10 +57,14 @@
 //!   pin; the miniatures have a lock of their own (`Minis`), only ever
 //!   tried. Each handle keeps its sampled requests per shard (`Samples`:
 //!   reads are lock-free, stores are noted by the write) and replays them
-//!   after its next write to the shard has let go of the shard's lock, if
-//!   the miniatures' lock is free; else they wait for its next write. So
-//!   a write holds the shard's lock no longer for the miniatures, and no
-//!   one ever waits for them.
+//!   after its next write to the shard has let go of the shard's lock, or
+//!   at the read that fills them, if the miniatures' lock is free; else
+//!   they wait for its next write (the reads that find them full are
+//!   dropped). So a write holds the shard's lock no longer for the
+//!   miniatures, no one ever waits for them, and a run of hits, or a
+//!   handle that only reads, reaches them as well as a write does. A
+//!   handle starts at the file's sample rate, and asks a shard it samples
+//!   nothing of for its rate now and then, at writes and read misses.
 //! * Every word is a hint. The region is read with the same distrust as
 //!   the rest of the shard: lengths, cursors and index slots are clamped
 //!   to the region's geometry before use, so a hostile or torn region can
@@ -260,14 +264,15 @@ const REC_VISITED: u32 = 1 << 31;
 /// top bit of a buffered tag: tags are 31 bits).
 const STORED: u32 = 1 << 31;
 
-/// Most sampled requests a handle keeps per shard between two of its
-/// writes there (more are dropped: the miniatures see a sample of a
-/// sample).
+/// Most sampled requests a handle keeps per shard between two replays
+/// (the read that fills them replays them if the miniatures' lock is
+/// free; more are dropped until a replay: the miniatures see a sample of
+/// a sample).
 const SAMPLES_PER_SHARD: usize = 16;
 
 /// A handle that samples no reads of a shard asks it for its rate once in
-/// this many writes there (a file set to adaptive or strict admission by
-/// another process is noticed that late).
+/// this many writes or read misses there (a file set to adaptive or strict
+/// admission by another process is noticed that late).
 const RATE_REFRESH: u32 = 64;
 
 /// A handle that found the miniatures' lock held this many times in a
@@ -279,9 +284,8 @@ const HOLDER_CHECK: u32 = 64;
 /// no longer than it must, so both are kept here (reads by the reader,
 /// stores of absent keys by the write, `ShardGuard::note_miss`) and
 /// replayed through the miniatures after the handle's next write to the
-/// shard has let go of the shard's lock, under the miniatures' own lock
-/// (`Shard::replay_samples`). A handle that never writes to a shard tells
-/// its miniatures nothing.
+/// shard has let go of the shard's lock, or by the read that fills them,
+/// under the miniatures' own lock (`Shard::replay_samples`).
 pub(crate) struct Samples {
     shards: Box<[ShardSamples]>,
     /// Whether any shard samples reads (an adaptive or strict file): a read
@@ -297,7 +301,8 @@ struct ShardSamples {
     /// `SAMPLES_PER_SHARD`).
     len: AtomicU32,
     tags: [AtomicU32; SAMPLES_PER_SHARD],
-    /// Writes since this handle last asked a lenient shard for its rate.
+    /// Writes and read misses since this handle last asked a shard it
+    /// samples nothing of for its rate.
     writes: AtomicU32,
     /// Replays given up in a row because the miniatures' lock was held.
     busy: AtomicU32,
@@ -315,6 +320,20 @@ impl Samples {
         Samples { shards: (0..shards).map(|_| shard()).collect(), on: AtomicBool::new(false) }
     }
 
+    /// Start every shard at the first shard's sample rate, so that a
+    /// handle opening a file others have filled samples its reads from
+    /// the first one, before it writes or misses there. The shards of a
+    /// file share its geometry and mode, and each handle's rate of a
+    /// shard is the shard's own from its first replay there; reading
+    /// one shard's word keeps an open from touching a page per shard.
+    pub(crate) fn start(&self, shards: &[Shard]) {
+        let Some(first) = shards.first() else { return };
+        let log2 = first.read_rate();
+        for s in self.shards.iter() {
+            self.set_rate(s, log2);
+        }
+    }
+
     /// Whether any shard samples reads (`note_read` is for when one does):
     /// a load and a branch for most reads.
     #[inline]
@@ -323,20 +342,28 @@ impl Samples {
     }
 
     /// Record a read of the key of `tag` in shard `i` if the key is
-    /// sampled.
+    /// sampled; whether that filled the handle's samples of the shard
+    /// (the reader then replays them: `Shard::replay_samples`).
     #[inline]
-    pub(crate) fn note_read(&self, i: usize, tag: u32) {
-        let s = &self.shards[i];
-        if tag & ((1u32 << s.log2.load(Relaxed).min(31)) - 1) == 0 {
-            Self::push(s, tag & !STORED);
-        }
+    pub(crate) fn note_read(&self, i: usize, tag: u32) -> bool {
+        let Some(s) = self.shards.get(i) else { return false };
+        tag & ((1u32 << s.log2.load(Relaxed).min(31)) - 1) == 0 && Self::push(s, tag & !STORED)
     }
 
-    fn push(s: &ShardSamples, tag: u32) {
+    /// Whether this handle samples no reads of shard `i` (it asks the
+    /// shard for its rate now and then: `Shard::replay_samples`).
+    #[inline]
+    pub(crate) fn samples_nothing(&self, i: usize) -> bool {
+        self.shards.get(i).is_some_and(|s| s.log2.load(Relaxed) >= 31)
+    }
+
+    /// Keep a sampled request; whether it was the last one with room.
+    fn push(s: &ShardSamples, tag: u32) -> bool {
         let n = s.len.fetch_add(1, Relaxed) as usize;
         if n < SAMPLES_PER_SHARD {
             s.tags[n].store(tag, Relaxed);
         }
+        n + 1 == SAMPLES_PER_SHARD
     }
 
     /// Keep shard `s`'s sample rate for this handle's reads; a rate above
@@ -472,7 +499,8 @@ impl ShardGuard<'_> {
         }
         if sampled {
             if let Some(s) = self.samples.and_then(|s| s.shards.get(self.shard.number)) {
-                Samples::push(s, tag | STORED);
+                // Full or not, the write replays them once it lets go.
+                let _ = Samples::push(s, tag | STORED);
             }
         }
     }
@@ -1151,7 +1179,41 @@ mod tests {
     use crate::cache::Store;
     use crate::eviction::reference::RefSieve;
     use crate::file::OpenOptions;
+    use crate::layout::sh;
+    use std::sync::atomic::Ordering::Relaxed;
     use std::time::Duration;
+
+    /// A directory of its own for a test's file of one shard, removed
+    /// when dropped.
+    struct OneShard(std::path::PathBuf);
+
+    impl OneShard {
+        fn new(tag: &str) -> OneShard {
+            let dir = std::env::temp_dir().join(format!("nearcache-{tag}-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            OneShard(dir)
+        }
+
+        /// Open the file of `size` bytes (made anew with `recreate`;
+        /// every page reserved with `preallocate`).
+        fn open(&self, size: usize, recreate: bool, preallocate: bool) -> Store {
+            let path = self.0.join("c");
+            let opts = OpenOptions {
+                size: Some(size),
+                shards: 1,
+                recreate,
+                preallocate,
+                ..OpenOptions::default()
+            };
+            Store::open_as(&path, &path, &opts, None).unwrap()
+        }
+    }
+
+    impl Drop for OneShard {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
 
     /// The SIEVE miniature makes the choices of a textbook SIEVE that
     /// spares its newest twelfth (`RefSieve::with_young`, the eviction
@@ -1159,17 +1221,8 @@ mod tests {
     /// its wraps round the young records change nothing it decides.
     #[test]
     fn the_sieve_miniature_is_a_textbook_sieve() {
-        let dir = std::env::temp_dir().join(format!("nearcache-minis-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("c");
-        let opts = OpenOptions {
-            size: Some(1 << 20),
-            shards: 1,
-            recreate: true,
-            preallocate: true,
-            ..OpenOptions::default()
-        };
-        let store = Store::open_as(&path, &path, &opts, None).unwrap();
+        let dir = OneShard::new("minis");
+        let store = dir.open(1 << 20, true, true);
         let shard = &store.shard_slice()[0];
         let guard = shard.lock(Duration::from_secs(5)).unwrap();
         let minis = guard.shard.try_minis(false).unwrap();
@@ -1198,7 +1251,77 @@ mod tests {
         drop(minis);
         drop(guard);
         drop(store);
-        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A small shard's sketch tells a key seen often from one seen once
+    /// after as many additions as it makes before it halves. With an
+    /// eighth of a 32 KiB shard's index slots (64 counters per row, the
+    /// sketch before layout version 15) the one-hit keys filled its
+    /// counters: a key seen six times won none of its duels against keys
+    /// seen once, and 77 of them won theirs against it.
+    #[test]
+    fn a_small_shards_sketch_tells_its_keys_apart() {
+        let dir = OneShard::new("sketch");
+        let store = dir.open(4096 + (32 << 10), true, true);
+        let shard = &store.shard_slice()[0];
+        let guard = shard.lock(Duration::from_secs(5)).unwrap();
+        guard.pin_eviction(super::EvictionMode::Strict);
+        // The 150 entries such a shard holds of 100-byte values.
+        shard.header_atomic(sh::ITEMS).store(150, Relaxed);
+        let tag = |i: u32| (i.wrapping_mul(0x9e37_79b9) >> 1).max(1);
+        // Before the sketch halves (ten times its entries in additions):
+        // 16 keys six times, 1,300 keys once.
+        for i in 0..1_300u32 {
+            guard.sketch_add(tag(10_000 + i));
+            if i % 13 == 0 && i < 96 * 13 {
+                guard.sketch_add(tag(i / 13 % 16));
+            }
+        }
+        let (mut won, mut lost, mut duels) = (0, 0, 0);
+        for f in 0..16 {
+            for o in 10_000..11_300 {
+                duels += 1;
+                won += shard.wins(tag(f), tag(o)) as usize;
+                lost += shard.wins(tag(o), tag(f)) as usize;
+            }
+        }
+        let width = shard.sketch_width;
+        assert!(won >= duels * 99 / 100, "{width} counters: {won} of {duels} duels won");
+        assert_eq!(lost, 0, "{width} counters: a key seen once beat one seen six times");
+        drop(guard);
+        drop(store);
+    }
+
+    /// A handle that only reads feeds the miniatures its reads: the read
+    /// that fills its samples of a shard replays them, and a handle opened
+    /// on a file others fill starts at the file's sample rate. Before,
+    /// only a handle's writes replayed its samples: the miniatures of a
+    /// file one process fills and others read saw stores alone, a tie
+    /// without reads, which chooses lenient admission.
+    #[test]
+    fn a_handle_that_only_reads_feeds_the_miniatures() {
+        let dir = OneShard::new("reader");
+        let writer = dir.open(1 << 20, true, false);
+        let key = |i: u32| format!("key-{i:08}").into_bytes();
+        for i in 0..3_000 {
+            writer.set(&key(i), &[1u8; 100], 0, 0).unwrap();
+        }
+        let shard = &writer.shard_slice()[0];
+        let reads_lately = || shard.pol_word(super::pol::MINI_REQUESTS).load(Relaxed) >> 32;
+        assert_eq!(reads_lately(), 0, "stores are not reads");
+        let reader = dir.open(1 << 20, false, false);
+        let mut hits = 0;
+        for _ in 0..4 {
+            for i in 0..3_000 {
+                hits += reader.get(&key(i)).unwrap().is_some() as usize;
+            }
+        }
+        assert!(hits > 6_000, "{hits} hits");
+        // Four rounds of every key, one in 2^5 sampled at most: some
+        // hundreds of reads, less what a full buffer dropped.
+        assert!(reads_lately() > 100, "{} sampled reads reached the miniatures", reads_lately());
+        drop(reader);
+        drop(writer);
     }
 
     /// From any stored rate, the sample rate settles on one that keeps a
