@@ -267,7 +267,6 @@ impl Store {
             let dir = SpillDir::open(name, true, false)?.expect("created");
             let _ = cache.spill.set(dir);
         }
-        cache.read_samples.start(&cache.shards);
         Ok(cache)
     }
 
@@ -416,27 +415,13 @@ impl Store {
         self.check_not_moved(shard, g)
     }
 
-    /// Record a read of the key hashed `h` (hit or miss) in `shard` if its
-    /// tag is sampled (see `read_samples`): a load and a branch for most
-    /// reads. The read that fills the handle's samples of the shard
-    /// replays them, if the miniatures' lock is free (it is only tried);
-    /// a miss in a shard this handle samples nothing of asks it for its
-    /// rate now and then, as a write does. So a handle that only reads
-    /// feeds the miniatures too.
+    /// Record a read of the key hashed `h` (hit or miss) if its tag is
+    /// sampled (see `read_samples`): a load and a branch for most reads.
     #[inline]
-    fn sample_read(&self, shard: &Shard, h: u64, missed: bool) {
-        let samples = &self.read_samples;
-        if samples.on() && samples.note_read(shard.number, crate::hash::tag_of(h))
-            || missed && samples.samples_nothing(shard.number)
-        {
-            self.replay_read_samples(shard);
+    fn sample_read(&self, h: u64) {
+        if self.read_samples.on() {
+            self.read_samples.note_read(shard_of(h, self.geo.shard_count), crate::hash::tag_of(h));
         }
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn replay_read_samples(&self, shard: &Shard) {
-        shard.replay_samples(&self.read_samples);
     }
 
     /// `g`, unless its shard was moved by a resize: sealed (`seq` left
@@ -619,7 +604,7 @@ impl Store {
                     hit
                 }
             };
-            self.sample_read(shard, h, hit.is_none());
+            self.sample_read(h);
             match hit {
                 None => return Ok(None),
                 Some(Hit::Value(r)) => return Ok(Some(r)),
@@ -661,7 +646,7 @@ impl Store {
             });
             drop(g);
             self.reap();
-            self.sample_read(shard, h, hit.is_none());
+            self.sample_read(h);
             match hit {
                 None => return Ok(None),
                 Some(Hit::Value(r)) => return Ok(Some(r)),

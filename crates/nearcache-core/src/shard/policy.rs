@@ -57,14 +57,10 @@
 //!   pin; the miniatures have a lock of their own (`Minis`), only ever
 //!   tried. Each handle keeps its sampled requests per shard (`Samples`:
 //!   reads are lock-free, stores are noted by the write) and replays them
-//!   after its next write to the shard has let go of the shard's lock, or
-//!   at the read that fills them, if the miniatures' lock is free; else
-//!   they wait for its next write (the reads that find them full are
-//!   dropped). So a write holds the shard's lock no longer for the
-//!   miniatures, no one ever waits for them, and a run of hits, or a
-//!   handle that only reads, reaches them as well as a write does. A
-//!   handle starts at the file's sample rate, and asks a shard it samples
-//!   nothing of for its rate now and then, at writes and read misses.
+//!   after its next write to the shard has let go of the shard's lock, if
+//!   the miniatures' lock is free; else they wait for its next write. So
+//!   a write holds the shard's lock no longer for the miniatures, and no
+//!   one ever waits for them.
 //! * Every word is a hint. The region is read with the same distrust as
 //!   the rest of the shard: lengths, cursors and index slots are clamped
 //!   to the region's geometry before use, so a hostile or torn region can
@@ -264,15 +260,18 @@ const REC_VISITED: u32 = 1 << 31;
 /// top bit of a buffered tag: tags are 31 bits).
 const STORED: u32 = 1 << 31;
 
-/// Most sampled requests a handle keeps per shard between two replays
-/// (the read that fills them replays them if the miniatures' lock is
-/// free; more are dropped until a replay: the miniatures see a sample of
-/// a sample).
-const SAMPLES_PER_SHARD: usize = 16;
+/// Most sampled requests a handle keeps per shard between two of its
+/// writes there (more are dropped: the miniatures see a sample of a
+/// sample). A strict shard holding most of a loop hits in runs as long as
+/// its entries; 16 kept the start of each run and dropped the rest, so the
+/// miniatures saw a shorter loop, tied, and the shard went lenient now and
+/// then (engine.md, "Round twelve"). Reads write nothing in the shard, so
+/// they cannot replay: this buffer is what carries a run to the next write.
+const SAMPLES_PER_SHARD: usize = 64;
 
 /// A handle that samples no reads of a shard asks it for its rate once in
-/// this many writes or read misses there (a file set to adaptive or strict
-/// admission by another process is noticed that late).
+/// this many writes there (a file set to adaptive or strict admission by
+/// another process is noticed that late).
 const RATE_REFRESH: u32 = 64;
 
 /// A handle that found the miniatures' lock held this many times in a
@@ -284,8 +283,9 @@ const HOLDER_CHECK: u32 = 64;
 /// no longer than it must, so both are kept here (reads by the reader,
 /// stores of absent keys by the write, `ShardGuard::note_miss`) and
 /// replayed through the miniatures after the handle's next write to the
-/// shard has let go of the shard's lock, or by the read that fills them,
-/// under the miniatures' own lock (`Shard::replay_samples`).
+/// shard has let go of the shard's lock, under the miniatures' own lock
+/// (`Shard::replay_samples`). A handle that never writes to a shard tells
+/// its miniatures nothing.
 pub(crate) struct Samples {
     shards: Box<[ShardSamples]>,
     /// Whether any shard samples reads (an adaptive or strict file): a read
@@ -301,8 +301,7 @@ struct ShardSamples {
     /// `SAMPLES_PER_SHARD`).
     len: AtomicU32,
     tags: [AtomicU32; SAMPLES_PER_SHARD],
-    /// Writes and read misses since this handle last asked a shard it
-    /// samples nothing of for its rate.
+    /// Writes since this handle last asked a lenient shard for its rate.
     writes: AtomicU32,
     /// Replays given up in a row because the miniatures' lock was held.
     busy: AtomicU32,
@@ -320,20 +319,6 @@ impl Samples {
         Samples { shards: (0..shards).map(|_| shard()).collect(), on: AtomicBool::new(false) }
     }
 
-    /// Start every shard at the first shard's sample rate, so that a
-    /// handle opening a file others have filled samples its reads from
-    /// the first one, before it writes or misses there. The shards of a
-    /// file share its geometry and mode, and each handle's rate of a
-    /// shard is the shard's own from its first replay there; reading
-    /// one shard's word keeps an open from touching a page per shard.
-    pub(crate) fn start(&self, shards: &[Shard]) {
-        let Some(first) = shards.first() else { return };
-        let log2 = first.read_rate();
-        for s in self.shards.iter() {
-            self.set_rate(s, log2);
-        }
-    }
-
     /// Whether any shard samples reads (`note_read` is for when one does):
     /// a load and a branch for most reads.
     #[inline]
@@ -342,28 +327,20 @@ impl Samples {
     }
 
     /// Record a read of the key of `tag` in shard `i` if the key is
-    /// sampled; whether that filled the handle's samples of the shard
-    /// (the reader then replays them: `Shard::replay_samples`).
+    /// sampled.
     #[inline]
-    pub(crate) fn note_read(&self, i: usize, tag: u32) -> bool {
-        let Some(s) = self.shards.get(i) else { return false };
-        tag & ((1u32 << s.log2.load(Relaxed).min(31)) - 1) == 0 && Self::push(s, tag & !STORED)
+    pub(crate) fn note_read(&self, i: usize, tag: u32) {
+        let s = &self.shards[i];
+        if tag & ((1u32 << s.log2.load(Relaxed).min(31)) - 1) == 0 {
+            Self::push(s, tag & !STORED);
+        }
     }
 
-    /// Whether this handle samples no reads of shard `i` (it asks the
-    /// shard for its rate now and then: `Shard::replay_samples`).
-    #[inline]
-    pub(crate) fn samples_nothing(&self, i: usize) -> bool {
-        self.shards.get(i).is_some_and(|s| s.log2.load(Relaxed) >= 31)
-    }
-
-    /// Keep a sampled request; whether it was the last one with room.
-    fn push(s: &ShardSamples, tag: u32) -> bool {
+    fn push(s: &ShardSamples, tag: u32) {
         let n = s.len.fetch_add(1, Relaxed) as usize;
         if n < SAMPLES_PER_SHARD {
             s.tags[n].store(tag, Relaxed);
         }
-        n + 1 == SAMPLES_PER_SHARD
     }
 
     /// Keep shard `s`'s sample rate for this handle's reads; a rate above
@@ -499,8 +476,7 @@ impl ShardGuard<'_> {
         }
         if sampled {
             if let Some(s) = self.samples.and_then(|s| s.shards.get(self.shard.number)) {
-                // Full or not, the write replays them once it lets go.
-                let _ = Samples::push(s, tag | STORED);
+                Samples::push(s, tag | STORED);
             }
         }
     }
@@ -1290,38 +1266,6 @@ mod tests {
         assert_eq!(lost, 0, "{width} counters: a key seen once beat one seen six times");
         drop(guard);
         drop(store);
-    }
-
-    /// A handle that only reads feeds the miniatures its reads: the read
-    /// that fills its samples of a shard replays them, and a handle opened
-    /// on a file others fill starts at the file's sample rate. Before,
-    /// only a handle's writes replayed its samples: the miniatures of a
-    /// file one process fills and others read saw stores alone, a tie
-    /// without reads, which chooses lenient admission.
-    #[test]
-    fn a_handle_that_only_reads_feeds_the_miniatures() {
-        let dir = OneShard::new("reader");
-        let writer = dir.open(1 << 20, true, false);
-        let key = |i: u32| format!("key-{i:08}").into_bytes();
-        for i in 0..3_000 {
-            writer.set(&key(i), &[1u8; 100], 0, 0).unwrap();
-        }
-        let shard = &writer.shard_slice()[0];
-        let reads_lately = || shard.pol_word(super::pol::MINI_REQUESTS).load(Relaxed) >> 32;
-        assert_eq!(reads_lately(), 0, "stores are not reads");
-        let reader = dir.open(1 << 20, false, false);
-        let mut hits = 0;
-        for _ in 0..4 {
-            for i in 0..3_000 {
-                hits += reader.get(&key(i)).unwrap().is_some() as usize;
-            }
-        }
-        assert!(hits > 6_000, "{hits} hits");
-        // Four rounds of every key, one in 2^5 sampled at most: some
-        // hundreds of reads, less what a full buffer dropped.
-        assert!(reads_lately() > 100, "{} sampled reads reached the miniatures", reads_lately());
-        drop(reader);
-        drop(writer);
     }
 
     /// From any stored rate, the sample rate settles on one that keeps a
