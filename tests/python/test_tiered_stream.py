@@ -19,7 +19,7 @@ from nearcache.drivers import MemoryDriver, RedisDriver, ShmDriver
 from nearcache.testing import RedisServer
 from nearcache.tiered import TieredCache
 from nearcache.tiered.election import ListenerElection
-from nearcache.tiered.stream import StreamInvalidator, stream_id
+from nearcache.tiered.stream import StreamInvalidator, _intact, stream_id
 
 BOUND = 10.0
 
@@ -314,3 +314,24 @@ def test_a_lone_entry_is_not_held_back_by_the_batch_pause(
             wait_for(lambda: not b.l1.contains("k"))
     finally:
         b.close()
+
+
+def test_a_listener_that_applied_nothing_yet_replays_from_the_start() -> None:
+    # A listener that started before the stream had an entry saved 0-0; killed
+    # before it read the first entries, its successor replays them all (no
+    # entry ever added is gone) instead of clearing L1. It cleared L1 before:
+    # no entry 0-0 is in the stream to prove the history whole.
+    whole = {
+        "length": 2,
+        "entries-added": 2,
+        "first-entry": (b"5-0", {}),
+        "max-deleted-entry-id": b"0-0",
+    }
+    assert _intact(whole, (0, 0))
+    trimmed = {**whole, "length": 1, "entries-added": 3, "first-entry": (b"9-0", {})}
+    assert not _intact(trimmed, (0, 0))
+    deleted = {**whole, "length": 1, "max-deleted-entry-id": b"5-0"}
+    assert not _intact(deleted, (0, 0))
+    old_redis = {k: v for k, v in whole.items() if k != "entries-added"}
+    assert not _intact(old_redis, (0, 0))  # no count of entries added: clear L1
+    assert _intact(whole, (5, 0)) and not _intact(trimmed, (5, 0))

@@ -65,6 +65,12 @@ def _intact(info: dict[str, Any] | None, position: tuple[int, int]) -> bool:
         return position == (0, 0)
     if stream_id(info.get("max-deleted-entry-id") or b"0-0") > position:
         return False  # XDEL removed an entry after it
+    if position == (0, 0):
+        # Nothing applied yet (the listener started before the stream had
+        # an entry): intact while every entry ever added is still there.
+        # Redis before 7 does not count them: L1 is then cleared.
+        added = info.get("entries-added")
+        return added is not None and int(added) == int(info.get("length", -1))
     first = info.get("first-entry")
     if not first:
         return stream_id(info["last-generated-id"]) <= position
