@@ -81,6 +81,7 @@ use super::{Shard, ShardGuard};
 use crate::layout::{sh, ENTRY_HEADER};
 use crate::lock;
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::OnceLock;
 
 /// Words of the policy region's header.
 mod pol {
@@ -300,7 +301,9 @@ struct ShardSamples {
     /// Requests recorded since the last replay (may run past
     /// `SAMPLES_PER_SHARD`).
     len: AtomicU32,
-    tags: [AtomicU32; SAMPLES_PER_SHARD],
+    /// The requests, made at the first one: a handle opens every shard's
+    /// record and most handles sample a few shards (an open per request).
+    tags: OnceLock<Box<[AtomicU32; SAMPLES_PER_SHARD]>>,
     /// Writes since this handle last asked a lenient shard for its rate.
     writes: AtomicU32,
     /// Replays given up in a row because the miniatures' lock was held.
@@ -312,7 +315,7 @@ impl Samples {
         let shard = || ShardSamples {
             log2: AtomicU32::new(31),
             len: AtomicU32::new(0),
-            tags: std::array::from_fn(|_| AtomicU32::new(0)),
+            tags: OnceLock::new(),
             writes: AtomicU32::new(0),
             busy: AtomicU32::new(0),
         };
@@ -337,9 +340,10 @@ impl Samples {
     }
 
     fn push(s: &ShardSamples, tag: u32) {
+        let tags = s.tags.get_or_init(|| Box::new(std::array::from_fn(|_| AtomicU32::new(0))));
         let n = s.len.fetch_add(1, Relaxed) as usize;
         if n < SAMPLES_PER_SHARD {
-            s.tags[n].store(tag, Relaxed);
+            tags[n].store(tag, Relaxed);
         }
     }
 
@@ -672,8 +676,8 @@ impl Shard {
         };
         s.busy.store(0, Relaxed);
         let n = (s.len.swap(0, Relaxed) as usize).min(SAMPLES_PER_SHARD);
-        if self.policy_learns() {
-            for t in &s.tags[..n] {
+        if let Some(tags) = s.tags.get().filter(|_| self.policy_learns()) {
+            for t in &tags[..n] {
                 let tag = t.load(Relaxed);
                 minis.replay(tag & !STORED, tag & STORED == 0);
             }
