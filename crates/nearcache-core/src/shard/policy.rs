@@ -20,8 +20,10 @@
 //!   (the default: each shard runs the mode of the miniature with more
 //!   hits lately, turning strict only on a clear win, as strict admission
 //!   costs writes more, and lenient only when lenient admission hits
-//!   more: on a tie with reads a strict shard stays strict, as what it
-//!   holds would not be won back soon; until its miniatures have seen
+//!   surely more, by more than chance on the sampled reads where the two
+//!   miniatures disagreed lately: a strict shard with reads stays strict
+//!   on a tie or a lead of a hit, as what it holds would not be won back
+//!   soon; until its miniatures have seen
 //!   enough, a shard admits strictly unless lenient admission already
 //!   hits more, so that a loop is held from its start), strict, or
 //!   lenient. A lenient file learns nothing: neither structure is fed.
@@ -123,6 +125,10 @@ mod mini {
     /// The SIEVE miniature's hits, lately (in its header only: the
     /// policy header is full).
     pub const HITS: usize = 32;
+    /// Sampled reads on which the strict and the CLOCK miniature
+    /// disagreed, lately: in the strict one's header, those it hit and
+    /// the CLOCK one missed; in the CLOCK one's, the other way round.
+    pub const ONLY_HITS: usize = 40;
 }
 
 /// The miniatures: strict admission (0), lenient admission walked like
@@ -247,6 +253,20 @@ const MINI_DECAY: u64 = 4;
 /// `STRICT_WIN_HITS` more.
 const STRICT_WIN_RATIO: u64 = 4;
 const STRICT_WIN_HITS: u64 = 4;
+
+/// Whether the miniature that alone hit `x` of the sampled reads on
+/// which two miniatures disagreed lately (the other alone hit `y`) hits
+/// surely more: by more than half the standard deviation its lead would
+/// have were both as good (a sign test: then each disagreement goes
+/// either way with even odds, and the lead's deviation is the square
+/// root of their number), plus one. A strict shard turns lenient only on
+/// such a lead (engine.md, "Round thirteen").
+fn surely_ahead(x: u64, y: u64) -> bool {
+    // x - y - 1 > sqrt(x + y) / 2, squared: no floating point, no
+    // integer square root.
+    let lead = x.saturating_sub(y);
+    lead > 1 && (lead - 1).saturating_mul(lead - 1).saturating_mul(4) > x.saturating_add(y)
+}
 
 /// The window's share of a miniature, in percent.
 const MINI_WINDOW_PERCENT: usize = 4;
@@ -815,12 +835,21 @@ impl Minis<'_> {
             self.pol(pol::MINI_HITS + 8),
             self.mini(2, mini::HITS) as u64,
         ];
+        let mut only = [0, 1].map(|m| self.mini(m, mini::ONLY_HITS) as u64);
+        let mut hit = [false; MINIS];
         for (m, h) in hits.iter_mut().enumerate() {
-            let hit = match m {
+            // A store is replayed too (it puts its key in), but only a
+            // read counts as a hit.
+            let hit_here = match m {
                 0 | 1 => self.mini_access(m, fp, entries, counted),
                 _ => self.sieve_access(m, fp, entries, counted),
             };
-            *h = h.saturating_add((hit && counted) as u64);
+            hit[m] = hit_here && counted;
+            *h = h.saturating_add(hit[m] as u64);
+        }
+        if hit[0] != hit[1] {
+            let alone = hit[1] as usize;
+            only[alone] = only[alone].saturating_add(1);
         }
         // A store counts towards the period too: a shard only written to
         // (nothing to hit) warms up all the same.
@@ -832,21 +861,28 @@ impl Minis<'_> {
             requests = 0;
             reads /= 2;
             hits = hits.map(|h| h / 2);
+            only = only.map(|h| h / 2);
         }
         self.set_pol(pol::MINI_REQUESTS, reads << 32 | requests);
+        self.set_mini(0, mini::ONLY_HITS, only[0] as usize);
+        self.set_mini(1, mini::ONLY_HITS, only[1] as usize);
         self.set_pol(pol::MINI_HITS, hits[0]);
         self.set_pol(pol::MINI_HITS + 8, hits[1]);
         self.set_mini(2, mini::HITS, hits[2] as usize);
         // Strict admission costs more per write: once warm, a lenient
         // shard turns strict only on a clear win. A strict one (by choice,
-        // or warming up) stays strict on a tie, and turns lenient when
-        // lenient admission hits more. A tie keeps it strict because what
-        // strict admission holds is not won back quickly: a shard that
-        // went lenient through a scan or a spell of misses, where both
-        // miniatures hit nothing, lost the part of a loop it held, and
-        // turned strict again it keeps what lenient admission left
-        // (engine.md, "Round nine"). A tie without reads (a shard only
-        // written to) is no reason to pay strict admission's writes.
+        // or warming up) stays strict unless lenient admission hits surely
+        // more: on the reads where the two miniatures disagreed lately,
+        // lenient admission's lead is more than chance would give it
+        // (`surely_ahead`). What strict admission holds is not won back
+        // quickly: a shard that went lenient through a scan or a spell of
+        // misses, where both miniatures hit nothing, lost the part of a
+        // loop it held, and turned strict again it keeps what lenient
+        // admission left (engine.md, "Round nine"); and a shard whose
+        // miniatures tied while it held everything went lenient on the
+        // first hit or two either way, and lost the loop that came next
+        // ("Round thirteen"). A shard without reads (only written to) has
+        // no reason to pay strict admission's writes.
         // A shard still warming up turns lenient as soon as lenient
         // admission hits more by two (one hit is a coin toss).
         //
@@ -866,7 +902,7 @@ impl Minis<'_> {
                 !clearly_young(hits[2], hits[1])
             };
             let lenient = hits[1];
-            let holds = hits[0] > lenient || hits[0] == lenient && reads > 0;
+            let holds = reads > 0 && !surely_ahead(only[1], only[0]);
             let warm = warmed || lenient > hits[0].saturating_add(1);
             let strict = if mode & WARM == 0 {
                 warm && holds
@@ -1155,7 +1191,10 @@ impl Minis<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::{mini, sample_rate, MINI_ENTRIES, MINI_RATE_LOG2, YOUNG_SHARE};
+    use super::{
+        mini, pol, sample_rate, surely_ahead, MINI_ENTRIES, MINI_RATE_LOG2, RUNS_STRICT, WARM,
+        YOUNG_SHARE,
+    };
     use crate::cache::Store;
     use crate::eviction::reference::RefSieve;
     use crate::file::OpenOptions;
@@ -1268,6 +1307,49 @@ mod tests {
         let width = shard.sketch_width;
         assert!(won >= duels * 99 / 100, "{width} counters: {won} of {duels} duels won");
         assert_eq!(lost, 0, "{width} counters: a key seen once beat one seen six times");
+        drop(guard);
+        drop(store);
+    }
+
+    /// A strict shard turns lenient only when its lenient miniature's lead,
+    /// on the sampled reads where the two disagreed, is more than chance
+    /// would give it: a lead of one, or of four in 44 disagreements, keeps
+    /// it strict (a single hit turned it lenient before); two with none
+    /// the other way, or six in 46, turns it. Without reads it turns
+    /// lenient on any count.
+    #[test]
+    fn a_strict_shard_turns_lenient_on_a_lead_beyond_chance() {
+        let dir = OneShard::new("sure");
+        let store = dir.open(1 << 20, true, true);
+        let shard = &store.shard_slice()[0];
+        let guard = shard.lock(Duration::from_secs(5)).unwrap();
+        guard.pin_eviction(super::EvictionMode::Adaptive);
+        shard.header_atomic(sh::ITEMS).store(10_000, Relaxed);
+        let minis = guard.shard.try_minis(false).unwrap();
+        let (log2, _) = minis.sample();
+        // Sampled at any rate; replayed as a store, which hits nothing.
+        let tag = 1u32 << 24;
+        assert!(log2 < 24);
+        for (strict_only, lenient_only, reads, stays) in [
+            (0, 1, 100, true),
+            (20, 24, 100, true),
+            (0, 2, 100, false),
+            (20, 26, 100, false),
+            (0, 0, 0, false),
+        ] {
+            let mode = minis.pol(pol::MODE);
+            minis.set_pol(pol::MODE, mode | WARM | RUNS_STRICT);
+            minis.set_pol(pol::MINI_REQUESTS, reads << 32);
+            minis.set_pol(pol::MINI_HITS, 50);
+            minis.set_pol(pol::MINI_HITS + 8, 50 + lenient_only - strict_only);
+            minis.set_mini(0, mini::ONLY_HITS, strict_only as usize);
+            minis.set_mini(1, mini::ONLY_HITS, lenient_only as usize);
+            minis.replay(tag, false);
+            let strict = minis.pol(pol::MODE) & RUNS_STRICT != 0;
+            assert_eq!(strict, stays, "{strict_only} / {lenient_only} alone, {reads} reads");
+            assert_eq!(surely_ahead(lenient_only, strict_only), !stays && reads > 0);
+        }
+        drop(minis);
         drop(guard);
         drop(store);
     }
