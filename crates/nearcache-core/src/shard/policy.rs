@@ -23,10 +23,10 @@
 //!   surely more, by more than chance on the sampled reads where the two
 //!   miniatures disagreed lately: a strict shard with reads stays strict
 //!   on a tie or a lead of a hit, as what it holds would not be won back
-//!   soon; until its miniatures have seen
-//!   enough, a shard admits strictly unless lenient admission already
-//!   hits more, so that a loop is held from its start), strict, or
-//!   lenient. A lenient file learns nothing: neither structure is fed.
+//!   soon; until its miniatures have seen enough, a shard admits
+//!   strictly unless lenient admission already hits more, so that a loop
+//!   is held from its start), strict, or lenient. A lenient file learns
+//!   nothing: neither structure is fed.
 //! * The young share of an adaptive shard's lenient admission: a twelfth
 //!   (`YOUNG_SHARE`, see `compaction.rs`), or half (`YOUNG_SHARE_HALF`)
 //!   while its lenient CLOCK miniature hits clearly more than its SIEVE
