@@ -97,7 +97,8 @@
 //!   whichever of the two missed less lately; or, the default, miniature
 //!   simulation (Waldspurger et al., ATC '17): a thirty-second of the keys
 //!   replayed through a strict and a lenient shard 32 times smaller, the
-//!   shard taking the mode of the one with more hits lately.
+//!   shard choosing its mode from their counts by the engine's own rule
+//!   (`shard::policy`, `AdmissionChoice`).
 //!
 //! `Config::keep_window_hits`: a promoted window candidate keeps its hit
 //! counter (so a window entry hit before its duel is spared once by the
@@ -120,6 +121,7 @@ mod queues;
 mod segments;
 pub mod sketch;
 
+use crate::shard::{AdmissionChoice, MiniTally};
 use ghost::Ghost;
 use sketch::Sketch;
 use std::collections::HashMap;
@@ -203,9 +205,11 @@ pub enum Switch {
     /// Miniature simulation (Waldspurger et al., ATC '17): the keys whose
     /// hash falls in one of `MINI_RATE` groups (fewer in small shards)
     /// are replayed through two shards of as many times fewer entries,
-    /// one pinned strict and one lenient, and the shard takes the mode of
-    /// the one with more hits lately (both halved every four of their
-    /// entry limits of sampled requests).
+    /// one pinned strict and one lenient; their hits lately, and the
+    /// requests one of them alone hit (all halved every four of their
+    /// entry limits of sampled requests), choose the mode by the engine's
+    /// rule (`AdmissionChoice::next`): strict while they warm up, lenient
+    /// on a lead beyond chance, strict again on a clear win.
     Mini,
 }
 
@@ -687,11 +691,15 @@ struct ModeState {
     /// Misses of the strict leaders minus the lenient leaders'.
     psel: i64,
     /// `Switch::Mini`: one key in `sample` is replayed; the hits of the
-    /// strict and the lenient miniatures lately, and sampled requests
-    /// since they were last halved.
+    /// strict and the lenient miniatures lately, the requests one of them
+    /// alone hit lately, sampled requests lately and since the counts were
+    /// last halved; the choice they made, by the engine's rule.
     sample: u64,
     mini_hits: [u64; 2],
+    mini_only: [u64; 2],
+    mini_reads: u64,
     mini_requests: u64,
+    choice: AdmissionChoice,
 }
 
 /// The requests and hits of a climber's sample under way.
@@ -963,8 +971,10 @@ impl ArenaShard {
     }
 
     /// `Switch::Mini`: replay `requests` requests for `key` through the
-    /// miniatures if the key is sampled, and take the mode of the one with
-    /// more hits lately.
+    /// miniatures if the key is sampled, and choose the mode after each as
+    /// an adaptive shard of the engine does (`AdmissionChoice::next`:
+    /// strict while warming up, turning strict on a clear win and lenient
+    /// on a lead beyond chance).
     fn feed_minis(&mut self, key: u64, size: u64, requests: u32) {
         let Some(minis) = self.minis.as_mut() else { return };
         let m = &mut self.mode;
@@ -972,17 +982,31 @@ impl ArenaShard {
             return;
         }
         for _ in 0..requests {
-            for (i, mini) in minis.iter_mut().enumerate() {
-                m.mini_hits[i] += mini.access(key, size) as u64;
+            let hit = [0, 1].map(|i| minis[i].access(key, size));
+            for (hits, hit) in m.mini_hits.iter_mut().zip(hit) {
+                *hits += hit as u64;
             }
+            if hit[0] != hit[1] {
+                m.mini_only[hit[1] as usize] += 1;
+            }
+            m.mini_reads += 1;
             m.mini_requests += 1;
-            if m.mini_requests >= MINI_DECAY * minis[0].max_items {
+            let warmed = m.mini_requests >= MINI_DECAY * minis[0].max_items;
+            if warmed {
                 m.mini_requests = 0;
+                m.mini_reads /= 2;
                 m.mini_hits = m.mini_hits.map(|h| h / 2);
+                m.mini_only = m.mini_only.map(|h| h / 2);
             }
-        }
-        if m.mini_hits[0] != m.mini_hits[1] {
-            m.lenient = m.mini_hits[1] > m.mini_hits[0];
+            m.choice = m.choice.next(&MiniTally {
+                strict_hits: m.mini_hits[0],
+                lenient_hits: m.mini_hits[1],
+                strict_only: m.mini_only[0],
+                lenient_only: m.mini_only[1],
+                reads: m.mini_reads,
+                warmed,
+            });
+            m.lenient = !m.choice.admits_strictly();
         }
     }
 

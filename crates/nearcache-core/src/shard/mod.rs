@@ -96,6 +96,7 @@ pub(crate) use guard::ShardGuard;
 use index::Probe;
 pub use policy::EvictionMode;
 pub(crate) use policy::Samples;
+pub(crate) use policy::{AdmissionChoice, MiniTally};
 
 use crate::counters::{Counter, Stripes};
 use crate::error::{Error, Result};

@@ -268,6 +268,75 @@ fn surely_ahead(x: u64, y: u64) -> bool {
     lead > 1 && (lead - 1).saturating_mul(lead - 1).saturating_mul(4) > x.saturating_add(y)
 }
 
+/// What the strict and the lenient (CLOCK) miniature counted lately: the
+/// input of an adaptive shard's choice of admission (`AdmissionChoice`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct MiniTally {
+    /// Sampled reads each miniature hit, lately.
+    pub strict_hits: u64,
+    pub lenient_hits: u64,
+    /// Sampled reads one hit and the other missed, lately.
+    pub strict_only: u64,
+    pub lenient_only: u64,
+    /// Sampled reads, lately.
+    pub reads: u64,
+    /// This request ended the miniatures' first period or a later one (its
+    /// counts were just halved).
+    pub warmed: bool,
+}
+
+/// An adaptive shard's choice of admission, as the miniatures left it: the
+/// engine keeps it in the `MODE` word (`RUNS_STRICT`, `WARM`), and the
+/// model (`eviction::Switch::Mini`) runs the same rule.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct AdmissionChoice {
+    /// The miniatures chose strict admission.
+    pub strict: bool,
+    /// The miniatures have seen enough to choose (`WARM`): until then the
+    /// shard admits strictly whatever `strict` says.
+    pub warm: bool,
+}
+
+impl AdmissionChoice {
+    /// Whether the shard admits strictly.
+    pub fn admits_strictly(self) -> bool {
+        self.strict || !self.warm
+    }
+
+    /// The choice after a sampled request left the miniatures' counts at
+    /// `tally`.
+    ///
+    /// Strict admission costs more per write: once warm, a lenient shard
+    /// turns strict only on a clear win. A strict one (by choice, or
+    /// warming up) stays strict unless lenient admission hits surely more:
+    /// on the reads where the two miniatures disagreed lately, lenient
+    /// admission's lead is more than chance would give it
+    /// (`surely_ahead`). What strict admission holds is not won back
+    /// quickly: a shard that went lenient through a scan or a spell of
+    /// misses, where both miniatures hit nothing, lost the part of a loop
+    /// it held, and turned strict again it keeps what lenient admission
+    /// left (engine.md, "Round nine"); and a shard whose miniatures tied
+    /// while it held everything went lenient on the first hit or two
+    /// either way, and lost the loop that came next ("Round thirteen"). A
+    /// shard without reads (only written to) has no reason to pay strict
+    /// admission's writes. A shard still warming up turns lenient as soon
+    /// as lenient admission hits more by two (one hit is a coin toss) and
+    /// surely more.
+    pub fn next(self, tally: &MiniTally) -> AdmissionChoice {
+        let clearly = |a: u64, b: u64| a > b.saturating_add(b / STRICT_WIN_RATIO + STRICT_WIN_HITS);
+        let holds = tally.reads > 0 && !surely_ahead(tally.lenient_only, tally.strict_only);
+        let warm = tally.warmed || tally.lenient_hits > tally.strict_hits.saturating_add(1);
+        let strict = if !self.warm {
+            warm && holds
+        } else if !self.strict {
+            clearly(tally.strict_hits, tally.lenient_hits)
+        } else {
+            holds
+        };
+        AdmissionChoice { strict, warm: self.warm || warm }
+    }
+}
+
 /// The window's share of a miniature, in percent.
 const MINI_WINDOW_PERCENT: usize = 4;
 
@@ -869,31 +938,21 @@ impl Minis<'_> {
         self.set_pol(pol::MINI_HITS, hits[0]);
         self.set_pol(pol::MINI_HITS + 8, hits[1]);
         self.set_mini(2, mini::HITS, hits[2] as usize);
-        // Strict admission costs more per write: once warm, a lenient
-        // shard turns strict only on a clear win. A strict one (by choice,
-        // or warming up) stays strict unless lenient admission hits surely
-        // more: on the reads where the two miniatures disagreed lately,
-        // lenient admission's lead is more than chance would give it
-        // (`surely_ahead`). What strict admission holds is not won back
-        // quickly: a shard that went lenient through a scan or a spell of
-        // misses, where both miniatures hit nothing, lost the part of a
-        // loop it held, and turned strict again it keeps what lenient
-        // admission left (engine.md, "Round nine"); and a shard whose
-        // miniatures tied while it held everything went lenient on the
-        // first hit or two either way, and lost the loop that came next
-        // ("Round thirteen"). A shard without reads (only written to) has
-        // no reason to pay strict admission's writes.
-        // A shard still warming up turns lenient as soon as lenient
-        // admission hits more by two (one hit is a coin toss).
-        //
         // The young share: half the entries once the CLOCK miniature hits
         // clearly more than the SIEVE one (a working set that moves), a
         // twelfth again on as clear a lead the other way (a skewed,
-        // lasting one). The choice of mode reads the CLOCK miniature, as
-        // it did before the SIEVE one came.
-        let clearly = |a: u64, b: u64| a > b.saturating_add(b / STRICT_WIN_RATIO + STRICT_WIN_HITS);
+        // lasting one). The mode: `AdmissionChoice::next`, which reads the
+        // CLOCK miniature, as it did before the SIEVE one came.
         let clearly_young =
             |a: u64, b: u64| a > b.saturating_add(b / YOUNG_WIN_RATIO + YOUNG_WIN_HITS);
+        let tally = MiniTally {
+            strict_hits: hits[0],
+            lenient_hits: hits[1],
+            strict_only: only[0],
+            lenient_only: only[1],
+            reads,
+            warmed,
+        };
         let word = self.shard.pol_word(pol::MODE);
         let _ = word.fetch_update(Relaxed, Relaxed, |mode| {
             let half = if mode & YOUNG_HALF == 0 {
@@ -901,20 +960,12 @@ impl Minis<'_> {
             } else {
                 !clearly_young(hits[2], hits[1])
             };
-            let lenient = hits[1];
-            let holds = reads > 0 && !surely_ahead(only[1], only[0]);
-            let warm = warmed || lenient > hits[0].saturating_add(1);
-            let strict = if mode & WARM == 0 {
-                warm && holds
-            } else if mode & RUNS_STRICT == 0 {
-                clearly(hits[0], lenient)
-            } else {
-                holds
-            };
-            let new = mode & !(RUNS_STRICT | YOUNG_HALF)
-                | if strict { RUNS_STRICT } else { 0 }
+            let now = AdmissionChoice { strict: mode & RUNS_STRICT != 0, warm: mode & WARM != 0 };
+            let next = now.next(&tally);
+            let new = mode & !(RUNS_STRICT | YOUNG_HALF | WARM)
+                | if next.strict { RUNS_STRICT } else { 0 }
                 | if half { YOUNG_HALF } else { 0 }
-                | if warm { WARM } else { 0 };
+                | if next.warm { WARM } else { 0 };
             (new != mode).then_some(new)
         });
     }
@@ -1192,8 +1243,8 @@ impl Minis<'_> {
 #[cfg(test)]
 mod tests {
     use super::{
-        mini, pol, sample_rate, surely_ahead, MINI_ENTRIES, MINI_RATE_LOG2, RUNS_STRICT, WARM,
-        YOUNG_SHARE,
+        mini, pol, sample_rate, surely_ahead, AdmissionChoice, MiniTally, MINI_ENTRIES,
+        MINI_RATE_LOG2, RUNS_STRICT, WARM, YOUNG_SHARE,
     };
     use crate::cache::Store;
     use crate::eviction::reference::RefSieve;
@@ -1309,6 +1360,45 @@ mod tests {
         assert_eq!(lost, 0, "{width} counters: a key seen once beat one seen six times");
         drop(guard);
         drop(store);
+    }
+
+    /// The rule on its own, from each state. Warming up, a shard admits
+    /// strictly until the miniatures' first period ends or lenient
+    /// admission leads by two hits and surely; warm and lenient, it turns
+    /// strict only on a clear win (a quarter and four hits more); warm and
+    /// strict, it stays on a tie or a lead of chance, and goes on a sure
+    /// lead or without reads.
+    #[test]
+    fn the_admission_choice_follows_its_rule() {
+        let tally = |strict_hits, lenient_hits, strict_only, lenient_only, warmed| MiniTally {
+            strict_hits,
+            lenient_hits,
+            strict_only,
+            lenient_only,
+            reads: 100,
+            warmed,
+        };
+        let cold = AdmissionChoice::default();
+        let strict = AdmissionChoice { strict: true, warm: true };
+        let lenient = AdmissionChoice { strict: false, warm: true };
+        assert!(cold.admits_strictly() && strict.admits_strictly());
+        assert!(!lenient.admits_strictly());
+        for (from, counts, to, why) in [
+            (cold, tally(50, 51, 0, 1, false), cold, "cold, lenient ahead by one"),
+            (cold, tally(50, 52, 0, 2, false), lenient, "cold, lenient surely ahead by two"),
+            (cold, tally(50, 52, 10, 12, false), strict, "cold, ahead by two of 22"),
+            (cold, tally(50, 50, 3, 3, true), strict, "the first period ends on a tie"),
+            (cold, tally(40, 60, 0, 20, true), lenient, "the first period ends, lenient ahead"),
+            (lenient, tally(66, 50, 16, 0, false), lenient, "strict ahead, not clearly"),
+            (lenient, tally(67, 50, 17, 0, false), strict, "strict clearly ahead"),
+            (strict, tally(50, 51, 20, 21, false), strict, "lenient ahead by chance"),
+            (strict, tally(50, 56, 20, 26, false), lenient, "lenient surely ahead"),
+        ] {
+            assert_eq!(from.next(&counts), to, "{why}");
+        }
+        let unread = MiniTally { reads: 0, ..tally(0, 0, 0, 0, false) };
+        assert_eq!(strict.next(&unread), lenient, "a strict shard without reads");
+        assert_eq!(cold.next(&unread), cold, "warming up without reads");
     }
 
     /// A strict shard turns lenient only when its lenient miniature's lead,
