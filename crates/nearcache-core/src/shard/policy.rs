@@ -298,6 +298,11 @@ pub(crate) struct AdmissionChoice {
 }
 
 impl AdmissionChoice {
+    /// The choice an adaptive shard's `MODE` word holds.
+    fn of_mode(mode: u64) -> AdmissionChoice {
+        AdmissionChoice { strict: mode & RUNS_STRICT != 0, warm: mode & WARM != 0 }
+    }
+
     /// Whether the shard admits strictly.
     pub fn admits_strictly(self) -> bool {
         self.strict || !self.warm
@@ -495,7 +500,7 @@ impl ShardGuard<'_> {
         }
         match mode & PIN_MASK {
             1 => true,
-            2 => mode & (RUNS_STRICT | WARM) != WARM,
+            2 => AdmissionChoice::of_mode(mode).admits_strictly(),
             _ => false,
         }
     }
@@ -960,8 +965,7 @@ impl Minis<'_> {
             } else {
                 !clearly_young(hits[2], hits[1])
             };
-            let now = AdmissionChoice { strict: mode & RUNS_STRICT != 0, warm: mode & WARM != 0 };
-            let next = now.next(&tally);
+            let next = AdmissionChoice::of_mode(mode).next(&tally);
             let new = mode & !(RUNS_STRICT | YOUNG_HALF | WARM)
                 | if next.strict { RUNS_STRICT } else { 0 }
                 | if half { YOUNG_HALF } else { 0 }
@@ -1383,6 +1387,9 @@ mod tests {
         let lenient = AdmissionChoice { strict: false, warm: true };
         assert!(cold.admits_strictly() && strict.admits_strictly());
         assert!(!lenient.admits_strictly());
+        assert_eq!(AdmissionChoice::of_mode(2), cold);
+        assert_eq!(AdmissionChoice::of_mode(2 | WARM | RUNS_STRICT), strict);
+        assert_eq!(AdmissionChoice::of_mode(2 | WARM), lenient);
         for (from, counts, to, why) in [
             (cold, tally(50, 51, 0, 1, false), cold, "cold, lenient ahead by one"),
             (cold, tally(50, 52, 0, 2, false), lenient, "cold, lenient surely ahead by two"),
