@@ -677,8 +677,9 @@ pub struct ArenaShard {
     minis: Option<Box<[ArenaShard; 2]>>,
 }
 
-/// `WTinyLfuSwitch`: the mode kept (true: lenient), whether the climber is
-/// trying the other, its sample under way, and the dueling counter.
+/// `WTinyLfuSwitch`: the climber's mode kept (true: lenient), whether it
+/// is trying the other, its sample under way, the dueling counter, and
+/// the miniatures' counts and choice.
 #[derive(Clone, Copy, Debug, Default)]
 struct ModeState {
     lenient: bool,
@@ -1006,7 +1007,6 @@ impl ArenaShard {
                 reads: m.mini_reads,
                 warmed,
             });
-            m.lenient = !m.choice.admits_strictly();
         }
     }
 
@@ -1057,7 +1057,7 @@ impl ArenaShard {
             Switch::Strict => false,
             Switch::Lenient => true,
             Switch::Climb => self.mode.lenient != self.mode.trying,
-            Switch::Mini => self.mode.lenient,
+            Switch::Mini => !self.mode.choice.admits_strictly(),
             Switch::Duel => match ArenaShard::duel_group(hash) {
                 0 => false,
                 1 => true,

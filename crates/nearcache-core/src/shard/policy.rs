@@ -513,7 +513,8 @@ impl ShardGuard<'_> {
     fn counts_all(&self) -> bool {
         let mode = self.mode();
         self.shard.policy_armed()
-            && (mode & PIN_MASK == 1 || mode & PIN_MASK == 2 && mode & RUNS_STRICT != 0)
+            && (mode & PIN_MASK == 1
+                || mode & PIN_MASK == 2 && AdmissionChoice::of_mode(mode).strict)
     }
 
     /// Whether the shard runs strict now (`strict`, for statistics).
