@@ -25,7 +25,9 @@
 //!   on a tie or a lead of a hit, as what it holds would not be won back
 //!   soon; until its miniatures have seen enough, a shard admits
 //!   strictly unless lenient admission already hits more, so that a loop
-//!   is held from its start), strict, or lenient. A lenient file learns
+//!   is held from its start; a shard strict by choice that turned lenient
+//!   turns strict again on a lead of more than a deviation for two
+//!   periods, `AdmissionChoice::next`), strict, or lenient. A lenient file learns
 //!   nothing: neither structure is fed.
 //! * The young share of an adaptive shard's lenient admission: a twelfth
 //!   (`YOUNG_SHARE`, see `compaction.rs`), or half (`YOUNG_SHARE_HALF`)
@@ -140,7 +142,7 @@ const PIN_MASK: u64 = 3;
 /// The miniatures chose strict admission.
 const RUNS_STRICT: u64 = 1 << 8;
 /// The bits of `MODE` that mean something (a guard keeps them in a u16).
-const MODE_BITS: u64 = PIN_MASK | RUNS_STRICT | WARM | YOUNG_HALF;
+const MODE_BITS: u64 = PIN_MASK | RUNS_STRICT | WARM | YOUNG_HALF | WAY_BACK_MASK;
 /// A guard that has not read `MODE` yet (`ShardGuard::mode`).
 pub(super) const MODE_UNREAD: u16 = u16::MAX;
 /// The miniatures have seen enough to choose (their first period of
@@ -152,6 +154,14 @@ const WARM: u64 = 1 << 9;
 /// Adaptive, lenient admission: the miniatures chose to keep the newest
 /// half of the entries young instead of a twelfth (`young_share`).
 const YOUNG_HALF: u64 = 1 << 10;
+/// Adaptive, lenient admission: the periods left in which the shard turns
+/// strict again on a sure lead (`AdmissionChoice::way_back`), bits 11-12.
+const WAY_BACK_SHIFT: u32 = 11;
+const WAY_BACK_MASK: u64 = 3 << WAY_BACK_SHIFT;
+/// A shard that stops admitting strictly may turn strict again on a sure
+/// lead until this many of its miniatures' periods have ended: the rest
+/// of the one in which it turned, and the next.
+const WAY_BACK_PERIODS: u8 = 2;
 
 /// How a file's shards choose their admission mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -268,6 +278,19 @@ fn surely_ahead(x: u64, y: u64) -> bool {
     lead > 1 && (lead - 1).saturating_mul(lead - 1).saturating_mul(4) > x.saturating_add(y)
 }
 
+/// Whether the miniature that alone hit `x` of those reads (the other
+/// `y`) leads by more than the whole deviation, plus one: the way back to
+/// strict admission for a shard that just left it (`AdmissionChoice::
+/// next`). Half a deviation there, a bar chance clears now and then when
+/// it is tested at every sampled read for two periods, took shards of the
+/// scarab trace back to strict where lenient admission was the better
+/// (engine.md, "Round fourteen").
+fn well_ahead(x: u64, y: u64) -> bool {
+    // x - y - 1 > sqrt(x + y), squared.
+    let lead = x.saturating_sub(y);
+    lead > 1 && (lead - 1).saturating_mul(lead - 1) > x.saturating_add(y)
+}
+
 /// What the strict and the lenient (CLOCK) miniature counted lately: the
 /// input of an adaptive shard's choice of admission (`AdmissionChoice`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -286,8 +309,9 @@ pub(crate) struct MiniTally {
 }
 
 /// An adaptive shard's choice of admission, as the miniatures left it: the
-/// engine keeps it in the `MODE` word (`RUNS_STRICT`, `WARM`), and the
-/// model (`eviction::Switch::Mini`) runs the same rule.
+/// engine keeps it in the `MODE` word (`RUNS_STRICT`, `WARM`,
+/// `WAY_BACK_MASK`), and the model (`eviction::Switch::Mini`) runs the
+/// same rule.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct AdmissionChoice {
     /// The miniatures chose strict admission.
@@ -295,12 +319,28 @@ pub(crate) struct AdmissionChoice {
     /// The miniatures have seen enough to choose (`WARM`): until then the
     /// shard admits strictly whatever `strict` says.
     pub warm: bool,
+    /// A shard that just stopped admitting strictly: the miniatures'
+    /// periods left (ends of a period to come, `WAY_BACK_PERIODS` at most)
+    /// in which it turns strict again on a sure lead, as it left, not only
+    /// on a clear win.
+    pub way_back: u8,
 }
 
 impl AdmissionChoice {
     /// The choice an adaptive shard's `MODE` word holds.
     fn of_mode(mode: u64) -> AdmissionChoice {
-        AdmissionChoice { strict: mode & RUNS_STRICT != 0, warm: mode & WARM != 0 }
+        AdmissionChoice {
+            strict: mode & RUNS_STRICT != 0,
+            warm: mode & WARM != 0,
+            way_back: ((mode & WAY_BACK_MASK) >> WAY_BACK_SHIFT) as u8,
+        }
+    }
+
+    /// The choice's bits of the `MODE` word.
+    fn mode_bits(self) -> u64 {
+        (if self.strict { RUNS_STRICT } else { 0 })
+            | (if self.warm { WARM } else { 0 })
+            | ((self.way_back as u64) << WAY_BACK_SHIFT) & WAY_BACK_MASK
     }
 
     /// Whether the shard admits strictly.
@@ -327,6 +367,20 @@ impl AdmissionChoice {
     /// admission's writes. A shard still warming up turns lenient as soon
     /// as lenient admission hits more by two (one hit is a coin toss) and
     /// surely more.
+    ///
+    /// The way back: a lead as slight as the one that lets a strict shard
+    /// go lenient (two disagreements to none) can be chance, and a loop
+    /// that comes round again shows it was a lapse only once the strict
+    /// miniature holds what the lenient one lost, while the lead of all
+    /// its hits is still short of a clear win. So for the rest of the
+    /// period in which a shard strict by choice turned lenient and the
+    /// next (`WAY_BACK_PERIODS`), it turns strict again when the strict
+    /// miniature leads on the disagreements by more than a deviation
+    /// (`well_ahead`; engine.md, "Round fourteen"). Later, only a clear
+    /// win does: a shard lenient for long would otherwise follow every
+    /// spell in which strict admission happens to lead. A shard that
+    /// turns lenient as its warm-up ends judged a whole period: no way
+    /// back.
     pub fn next(self, tally: &MiniTally) -> AdmissionChoice {
         let clearly = |a: u64, b: u64| a > b.saturating_add(b / STRICT_WIN_RATIO + STRICT_WIN_HITS);
         let holds = tally.reads > 0 && !surely_ahead(tally.lenient_only, tally.strict_only);
@@ -335,10 +389,21 @@ impl AdmissionChoice {
             warm && holds
         } else if !self.strict {
             clearly(tally.strict_hits, tally.lenient_hits)
+                || self.way_back > 0 && well_ahead(tally.strict_only, tally.lenient_only)
         } else {
             holds
         };
-        AdmissionChoice { strict, warm: self.warm || warm }
+        let next = AdmissionChoice { strict, warm: self.warm || warm, way_back: 0 };
+        let way_back = if next.admits_strictly() {
+            0
+        } else if self.strict && self.warm {
+            WAY_BACK_PERIODS
+        } else if tally.warmed {
+            self.way_back.saturating_sub(1)
+        } else {
+            self.way_back
+        };
+        AdmissionChoice { way_back, ..next }
     }
 }
 
@@ -967,10 +1032,9 @@ impl Minis<'_> {
                 !clearly_young(hits[2], hits[1])
             };
             let next = AdmissionChoice::of_mode(mode).next(&tally);
-            let new = mode & !(RUNS_STRICT | YOUNG_HALF | WARM)
-                | if next.strict { RUNS_STRICT } else { 0 }
-                | if half { YOUNG_HALF } else { 0 }
-                | if next.warm { WARM } else { 0 };
+            let new = mode & !(RUNS_STRICT | YOUNG_HALF | WARM | WAY_BACK_MASK)
+                | next.mode_bits()
+                | if half { YOUNG_HALF } else { 0 };
             (new != mode).then_some(new)
         });
     }
@@ -1249,7 +1313,7 @@ impl Minis<'_> {
 mod tests {
     use super::{
         mini, pol, sample_rate, surely_ahead, AdmissionChoice, MiniTally, MINI_ENTRIES,
-        MINI_RATE_LOG2, RUNS_STRICT, WARM, YOUNG_SHARE,
+        MINI_RATE_LOG2, RUNS_STRICT, WARM, WAY_BACK_PERIODS, YOUNG_SHARE,
     };
     use crate::cache::Store;
     use crate::eviction::reference::RefSieve;
@@ -1372,7 +1436,9 @@ mod tests {
     /// admission leads by two hits and surely; warm and lenient, it turns
     /// strict only on a clear win (a quarter and four hits more); warm and
     /// strict, it stays on a tie or a lead of chance, and goes on a sure
-    /// lead or without reads.
+    /// lead or without reads; just gone lenient from strict, it turns
+    /// strict again on a lead of more than a deviation until two of the
+    /// miniatures' periods have ended.
     #[test]
     fn the_admission_choice_follows_its_rule() {
         let tally = |strict_hits, lenient_hits, strict_only, lenient_only, warmed| MiniTally {
@@ -1384,10 +1450,16 @@ mod tests {
             warmed,
         };
         let cold = AdmissionChoice::default();
-        let strict = AdmissionChoice { strict: true, warm: true };
-        let lenient = AdmissionChoice { strict: false, warm: true };
+        let strict = AdmissionChoice { strict: true, warm: true, way_back: 0 };
+        let lenient = AdmissionChoice { strict: false, warm: true, way_back: 0 };
+        // Just gone lenient from strict; one period on.
+        let left = AdmissionChoice { way_back: WAY_BACK_PERIODS, ..lenient };
+        let later = AdmissionChoice { way_back: 1, ..lenient };
         assert!(cold.admits_strictly() && strict.admits_strictly());
-        assert!(!lenient.admits_strictly());
+        assert!(!lenient.admits_strictly() && !left.admits_strictly());
+        for choice in [cold, strict, lenient, left, later] {
+            assert_eq!(AdmissionChoice::of_mode(2 | choice.mode_bits()), choice);
+        }
         assert_eq!(AdmissionChoice::of_mode(2), cold);
         assert_eq!(AdmissionChoice::of_mode(2 | WARM | RUNS_STRICT), strict);
         assert_eq!(AdmissionChoice::of_mode(2 | WARM), lenient);
@@ -1397,15 +1469,21 @@ mod tests {
             (cold, tally(50, 52, 10, 12, false), strict, "cold, ahead by two of 22"),
             (cold, tally(50, 50, 3, 3, true), strict, "the first period ends on a tie"),
             (cold, tally(40, 60, 0, 20, true), lenient, "the first period ends, lenient ahead"),
-            (lenient, tally(66, 50, 16, 0, false), lenient, "strict ahead, not clearly"),
+            (lenient, tally(66, 50, 16, 0, false), lenient, "strict well ahead, not clearly"),
             (lenient, tally(67, 50, 17, 0, false), strict, "strict clearly ahead"),
             (strict, tally(50, 51, 20, 21, false), strict, "lenient ahead by chance"),
-            (strict, tally(50, 56, 20, 26, false), lenient, "lenient surely ahead"),
+            (strict, tally(50, 56, 20, 26, false), left, "lenient surely ahead"),
+            (left, tally(54, 50, 4, 0, false), strict, "just gone lenient, strict well ahead"),
+            (left, tally(52, 50, 2, 0, false), left, "just gone lenient, strict surely ahead"),
+            (left, tally(50, 50, 3, 3, true), later, "a period ends"),
+            (later, tally(60, 50, 12, 2, false), strict, "a period on, strict well ahead"),
+            (later, tally(50, 50, 3, 3, true), lenient, "the second period ends"),
+            (lenient, tally(60, 50, 12, 2, false), lenient, "later, strict well ahead"),
         ] {
             assert_eq!(from.next(&counts), to, "{why}");
         }
         let unread = MiniTally { reads: 0, ..tally(0, 0, 0, 0, false) };
-        assert_eq!(strict.next(&unread), lenient, "a strict shard without reads");
+        assert_eq!(strict.next(&unread), left, "a strict shard without reads");
         assert_eq!(cold.next(&unread), cold, "warming up without reads");
     }
 
