@@ -27,8 +27,8 @@
 //!   strictly unless lenient admission already hits more, so that a loop
 //!   is held from its start; a shard strict by choice that turned lenient
 //!   turns strict again on a lead of more than a deviation for two
-//!   periods, `AdmissionChoice::next`), strict, or lenient. A lenient file learns
-//!   nothing: neither structure is fed.
+//!   periods, `AdmissionChoice::next`), strict, or lenient. A lenient
+//!   file learns nothing: neither structure is fed.
 //! * The young share of an adaptive shard's lenient admission: a twelfth
 //!   (`YOUNG_SHARE`, see `compaction.rs`), or half (`YOUNG_SHARE_HALF`)
 //!   while its lenient CLOCK miniature hits clearly more than its SIEVE
@@ -142,7 +142,7 @@ const PIN_MASK: u64 = 3;
 /// The miniatures chose strict admission.
 const RUNS_STRICT: u64 = 1 << 8;
 /// The bits of `MODE` that mean something (a guard keeps them in a u16).
-const MODE_BITS: u64 = PIN_MASK | RUNS_STRICT | WARM | YOUNG_HALF | WAY_BACK_MASK;
+const MODE_BITS: u64 = PIN_MASK | CHOICE_BITS | YOUNG_HALF;
 /// A guard that has not read `MODE` yet (`ShardGuard::mode`).
 pub(super) const MODE_UNREAD: u16 = u16::MAX;
 /// The miniatures have seen enough to choose (their first period of
@@ -155,12 +155,16 @@ const WARM: u64 = 1 << 9;
 /// half of the entries young instead of a twelfth (`young_share`).
 const YOUNG_HALF: u64 = 1 << 10;
 /// Adaptive, lenient admission: the periods left in which the shard turns
-/// strict again on a sure lead (`AdmissionChoice::way_back`), bits 11-12.
+/// strict again on a lead beyond a deviation (`AdmissionChoice::
+/// way_back`), bits 11-12.
 const WAY_BACK_SHIFT: u32 = 11;
 const WAY_BACK_MASK: u64 = 3 << WAY_BACK_SHIFT;
-/// A shard that stops admitting strictly may turn strict again on a sure
-/// lead until this many of its miniatures' periods have ended: the rest
-/// of the one in which it turned, and the next.
+/// The bits of `MODE` that hold the miniatures' choice
+/// (`AdmissionChoice::mode_bits`).
+const CHOICE_BITS: u64 = RUNS_STRICT | WARM | WAY_BACK_MASK;
+/// A shard strict by choice that turns lenient may turn strict again on a
+/// lead beyond a deviation until this many of its miniatures' periods
+/// have ended: the rest of the one in which it turned, and the next.
 const WAY_BACK_PERIODS: u8 = 2;
 
 /// How a file's shards choose their admission mode.
@@ -265,30 +269,35 @@ const STRICT_WIN_RATIO: u64 = 4;
 const STRICT_WIN_HITS: u64 = 4;
 
 /// Whether the miniature that alone hit `x` of the sampled reads on
-/// which two miniatures disagreed lately (the other alone hit `y`) hits
-/// surely more: by more than half the standard deviation its lead would
-/// have were both as good (a sign test: then each disagreement goes
-/// either way with even odds, and the lead's deviation is the square
-/// root of their number), plus one. A strict shard turns lenient only on
-/// such a lead (engine.md, "Round thirteen").
-fn surely_ahead(x: u64, y: u64) -> bool {
-    // x - y - 1 > sqrt(x + y) / 2, squared: no floating point, no
-    // integer square root.
+/// which two miniatures disagreed lately (the other alone hit `y`) leads
+/// by more than `half_deviations` halves of the standard deviation its
+/// lead would have were both as good, plus one (a sign test: then each
+/// disagreement goes either way with even odds, and the lead's deviation
+/// is the square root of their number).
+fn ahead_beyond_chance(x: u64, y: u64, half_deviations: u64) -> bool {
+    // x - y - 1 > half_deviations * sqrt(x + y) / 2, squared: no floating
+    // point, no integer square root.
     let lead = x.saturating_sub(y);
-    lead > 1 && (lead - 1).saturating_mul(lead - 1).saturating_mul(4) > x.saturating_add(y)
+    lead > 1
+        && (lead - 1).saturating_mul(lead - 1).saturating_mul(4)
+            > x.saturating_add(y).saturating_mul(half_deviations * half_deviations)
 }
 
-/// Whether the miniature that alone hit `x` of those reads (the other
-/// `y`) leads by more than the whole deviation, plus one: the way back to
-/// strict admission for a shard that just left it (`AdmissionChoice::
-/// next`). Half a deviation there, a bar chance clears now and then when
-/// it is tested at every sampled read for two periods, took shards of the
-/// scarab trace back to strict where lenient admission was the better
-/// (engine.md, "Round fourteen").
+/// Lenient admission hits surely more: by more than half a deviation. A
+/// strict shard turns lenient only on such a lead (engine.md, "Round
+/// thirteen").
+fn surely_ahead(x: u64, y: u64) -> bool {
+    ahead_beyond_chance(x, y, 1)
+}
+
+/// Strict admission hits well more: by more than a whole deviation. The
+/// way back to strict admission for a shard that just left it
+/// (`AdmissionChoice::next`). Half a deviation there, a bar chance clears
+/// now and then when it is tested at every sampled read for two periods,
+/// took shards of the scarab trace back to strict where lenient admission
+/// was the better (engine.md, "Round fourteen").
 fn well_ahead(x: u64, y: u64) -> bool {
-    // x - y - 1 > sqrt(x + y), squared.
-    let lead = x.saturating_sub(y);
-    lead > 1 && (lead - 1).saturating_mul(lead - 1) > x.saturating_add(y)
+    ahead_beyond_chance(x, y, 2)
 }
 
 /// What the strict and the lenient (CLOCK) miniature counted lately: the
@@ -319,10 +328,10 @@ pub(crate) struct AdmissionChoice {
     /// The miniatures have seen enough to choose (`WARM`): until then the
     /// shard admits strictly whatever `strict` says.
     pub warm: bool,
-    /// A shard that just stopped admitting strictly: the miniatures'
+    /// A shard strict by choice that just turned lenient: the miniatures'
     /// periods left (ends of a period to come, `WAY_BACK_PERIODS` at most)
-    /// in which it turns strict again on a sure lead, as it left, not only
-    /// on a clear win.
+    /// in which it turns strict again on a lead beyond a deviation
+    /// (`well_ahead`), not only on a clear win.
     pub way_back: u8,
 }
 
@@ -1032,7 +1041,7 @@ impl Minis<'_> {
                 !clearly_young(hits[2], hits[1])
             };
             let next = AdmissionChoice::of_mode(mode).next(&tally);
-            let new = mode & !(RUNS_STRICT | YOUNG_HALF | WARM | WAY_BACK_MASK)
+            let new = mode & !(CHOICE_BITS | YOUNG_HALF)
                 | next.mode_bits()
                 | if half { YOUNG_HALF } else { 0 };
             (new != mode).then_some(new)
