@@ -2,7 +2,7 @@
 //! process: what the conveyor's passes cost the write that pays them.
 //!
 //! ```text
-//! cargo run --release -p nearcache-core --example set_tails -- SIZE_MIB [SHARDS] [VALUE_BYTES]
+//! cargo run --release -p nearcache-core --example set_tails -- SIZE_MIB [SHARDS] [VALUE_BYTES] [MODE]
 //! ```
 //!
 //! A cache of `SIZE_MIB` MiB in the default directory (the engine's shard
@@ -11,11 +11,14 @@
 //! as many sets again, every one timed. Prints the mean, p50, p99, p99.9, p99.99 and
 //! the maximum of the evicting phase, and how many sets took longer than
 //! 20, 50 and 100 us; then, as the noise floor, how often a loop that
-//! only reads the clock is held up for more than 20 us. Timings include
+//! only reads the clock is held up for more than 20 us. `MODE` pins the
+//! eviction mode (`strict`, `lenient` or `adaptive`, the default): new
+//! keys that are never read make an adaptive shard lenient, so `strict`
+//! is how the strict judgement of a full head is timed. Timings include
 //! the scheduler's noise: run it on an idle machine and compare builds one
 //! after the other.
 
-use nearcache_core::{Cache, OpenOptions};
+use nearcache_core::{Cache, EvictionMode, OpenOptions};
 use std::time::Instant;
 
 fn key(i: u64) -> [u8; 36] {
@@ -30,9 +33,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let size_mib: usize = args.first().map(|a| a.parse()).transpose()?.unwrap_or(1024);
     let shards: usize = args.get(1).map(|a| a.parse()).transpose()?.unwrap_or(0);
     let value_bytes: usize = args.get(2).map(|a| a.parse()).transpose()?.unwrap_or(160);
+    let mode = match args.get(3).map(String::as_str) {
+        None | Some("adaptive") => EvictionMode::Adaptive,
+        Some("strict") => EvictionMode::Strict,
+        Some("lenient") => EvictionMode::Lenient,
+        Some(other) => {
+            return Err(format!("MODE is strict, lenient or adaptive, not {other:?}").into())
+        }
+    };
     let name = format!("set-tails-{}", std::process::id());
     let opts = OpenOptions { size: Some(size_mib << 20), shards, ..Default::default() };
     let cache = Cache::open_named(&name, &opts)?;
+    cache.set_eviction_mode(mode)?;
     let path = cache.path().to_path_buf();
     let value = vec![b'v'; value_bytes];
 
@@ -62,7 +74,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let over = |limit: u32| sorted.len() - sorted.partition_point(|&n| n <= limit);
     let q = |p: f64| sorted[((sorted.len() as f64 * p) as usize).min(sorted.len() - 1)];
     println!(
-        "{size_mib} MiB, {} shards, {value_bytes} B values: {} evicting sets, {} items held",
+        "{size_mib} MiB, {} shards, {value_bytes} B values, {mode:?}: {} evicting sets, {} items held",
         if shards > 0 { shards.to_string() } else { "auto".into() },
         sorted.len(),
         stats.items

@@ -100,11 +100,12 @@ const SKIP_COST: usize = 64;
 const LOOKAHEAD: usize = 8;
 
 /// The tags of the live entries just ahead of the read cursor, each hashed
-/// once and its home slot prefetched. Only a cache: an entry whose tag is
+/// once and its home slot prefetched (also a strict judgement's two walks
+/// over the head, `judge_head`). Only a cache: an entry whose tag is
 /// not queued (the first of a segment, one after a skip) is hashed where
 /// it is, and the queue starts again after it.
 #[derive(Default)]
-struct Lookahead {
+pub(super) struct Lookahead {
     /// (arena offset, tag) of the entries ahead, in arena order.
     tags: VecDeque<(usize, u32)>,
     /// Arena offset of the next entry to look at.
@@ -115,7 +116,13 @@ struct Lookahead {
 impl Lookahead {
     /// The tag of live entry `e`, read by the pass in segment bytes ending
     /// at `end`; hashes and prefetches the live entries after it.
-    fn tag_of(&mut self, g: &ShardGuard<'_>, e: &Entry, end: usize, active: usize) -> u32 {
+    pub(super) fn tag_of(
+        &mut self,
+        g: &ShardGuard<'_>,
+        e: &Entry,
+        end: usize,
+        active: usize,
+    ) -> u32 {
         let tag = match self.tags.front() {
             Some(&(off, tag)) if off == e.off => {
                 self.tags.pop_front();

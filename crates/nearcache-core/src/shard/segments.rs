@@ -61,6 +61,7 @@
 //!   `FRESH`, walks bounded by the segment count (a cycle ends as
 //!   corruption, which resets the shard).
 
+use super::conveyor::Lookahead;
 use super::{Check, Corrupt, Entry, Now, ShardGuard};
 use crate::hash::tag_of;
 use crate::layout::*;
@@ -723,9 +724,11 @@ impl<'a> ShardGuard<'a> {
         let start = self.window_start();
         let start = if (begin..=end).contains(&start) { start } else { begin };
         let half = start + (end - start) / 2;
-        // The candidates, oldest first: (arena offset, tag).
+        // The candidates, oldest first: (arena offset, tag). Each entry's
+        // slot is a cache miss in a large index: the look-ahead hashes the
+        // next few and prefetches their home slots.
         let mut cands = Vec::new();
-        let mut key = Vec::new();
+        let mut ahead = Lookahead::default();
         let mut off = start;
         while off < half {
             let e = self.entry(off, end)?;
@@ -733,7 +736,7 @@ impl<'a> ShardGuard<'a> {
             if e.is_dead() || e.expired(t) {
                 continue;
             }
-            let tag = tag_of(self.entry_hash(&e, &mut key));
+            let tag = ahead.tag_of(self, &e, end, active);
             let slot =
                 self.find_slot(tag, e.off, active)?.ok_or(Corrupt("a live entry has no slot"))?;
             if self.slot(slot) & SLOT_VISITED == 0 {
@@ -762,11 +765,14 @@ impl<'a> ShardGuard<'a> {
         // reach, or after the judged half.
         let unjudged = cands.get(next).map_or(half, |c| c.0);
         // The pass may have moved slots (purging tombstones): the head is
-        // read again to compact it.
+        // read again to compact it. The entries before the first that goes
+        // stay where they are, their slots as they are: only those after
+        // it are looked up (and the look-ahead starts there).
         let mut lost = lost.into_iter().peekable();
         let mut dropped = Dropped::default();
         let mut write = begin;
         let mut window = None;
+        let mut ahead = Lookahead::default();
         let mut off = begin;
         while off < end {
             let e = self.entry(off, end)?;
@@ -774,11 +780,19 @@ impl<'a> ShardGuard<'a> {
             if e.is_dead() {
                 continue;
             }
-            let tag = tag_of(self.entry_hash(&e, &mut key));
+            while lost.next_if(|&l| l < e.off).is_some() {}
+            let goes = e.expired(t) || lost.next_if_eq(&e.off).is_some();
+            if !goes && write == e.off {
+                if e.off >= unjudged && window.is_none() {
+                    window = Some(write);
+                }
+                write += e.size;
+                continue;
+            }
+            let tag = ahead.tag_of(self, &e, end, active);
             let slot =
                 self.find_slot(tag, e.off, active)?.ok_or(Corrupt("a live entry has no slot"))?;
-            while lost.next_if(|&l| l < e.off).is_some() {}
-            if e.expired(t) || lost.next_if_eq(&e.off).is_some() {
+            if goes {
                 dropped.drop_entry(self, &e, slot, t);
                 continue;
             }
