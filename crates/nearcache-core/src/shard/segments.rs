@@ -782,12 +782,15 @@ impl<'a> ShardGuard<'a> {
             }
             while lost.next_if(|&l| l < e.off).is_some() {}
             let goes = e.expired(t) || lost.next_if_eq(&e.off).is_some();
-            if !goes && write == e.off {
+            if !goes {
                 if e.off >= unjudged && window.is_none() {
                     window = Some(write);
                 }
-                write += e.size;
-                continue;
+                if write == e.off {
+                    // In place: its slot already points here, marked.
+                    write += e.size;
+                    continue;
+                }
             }
             let tag = ahead.tag_of(self, &e, end, active);
             let slot =
@@ -796,15 +799,11 @@ impl<'a> ShardGuard<'a> {
                 dropped.drop_entry(self, &e, slot, t);
                 continue;
             }
-            if e.off >= unjudged && window.is_none() {
-                window = Some(write);
-            }
-            if write != e.off {
-                // SAFETY: both ranges lie in the head's used bytes (checked
-                // entries); write <= e.off, survivors are copied in order,
-                // and ptr::copy handles the overlap.
-                unsafe { ptr::copy(self.arena_ptr(e.off), self.arena_ptr(write), e.size) };
-            }
+            // SAFETY: both ranges lie in the head's used bytes (checked
+            // entries); write < e.off (an entry in place was passed above),
+            // survivors are copied in order, and ptr::copy handles the
+            // overlap.
+            unsafe { ptr::copy(self.arena_ptr(e.off), self.arena_ptr(write), e.size) };
             let mark = self.slot(slot) & SLOT_VISITED;
             self.set_slot(slot, Self::tagged_slot(tag, write) | mark);
             write += e.size;
