@@ -1,10 +1,11 @@
-//! The lock-free read path: gets that race writers, compactions and a
-//! stalled writer return whole values or misses, never torn ones, never
-//! spin, and write nothing in the shard on a hit.
+//! The lock-free read path: gets that race writers, compactions, the
+//! moves of a strict judgement and a stalled writer return whole values
+//! or misses, never torn ones, never spin, and write nothing in the shard
+//! on a hit.
 
 mod common;
 use common::*;
-use nearcache_core::{Cache, OpenOptions};
+use nearcache_core::{Cache, EvictionMode, OpenOptions};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -82,6 +83,63 @@ fn readers_racing_writers_and_compactions_see_only_whole_values() {
     let st = cache.stats().unwrap();
     assert!(hits.load(Ordering::Relaxed) > 1000, "readers barely hit: {st:?}");
     assert!(st.compactions > 10, "no compactions raced the readers: {st:?}");
+    assert_eq!(st.resets + st.corruptions, 0, "{st:?}");
+    cache.check().unwrap();
+}
+
+/// Strict admission judges a full head in several moves (the duels in
+/// passes, the compaction in steps, `shard/segments.rs`), and readers go
+/// on between them: what they find there must be whole. One segmented
+/// shard pinned strict; a writer stores new keys nobody reads (candidates
+/// that lose their duels) and rewrites a hot set the readers read (hit in
+/// the window, they stay and slide down as the head is compacted).
+#[test]
+fn readers_between_the_moves_of_a_strict_judgement_see_only_whole_values() {
+    let dir = TempDir::new("opt-strict");
+    let cache = Arc::new(open_patient(&dir, 4 << 20, 1));
+    cache.set_eviction_mode(EvictionMode::Strict).unwrap();
+    let hot: Vec<Vec<u8>> = (0..200).map(|i| format!("hot-{i}").into_bytes()).collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let hits = Arc::new(AtomicU64::new(0));
+    let mut threads = Vec::new();
+    {
+        let (cache, hot, stop) = (cache.clone(), hot.clone(), stop.clone());
+        threads.push(std::thread::spawn(move || {
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                i += 1;
+                let k = format!("cold-{i}").into_bytes();
+                cache.set(&k, &make_value(&k, i, 120 + (i % 80) as usize), 0, 0).unwrap();
+                if i % 4 == 0 {
+                    let k = &hot[(i / 4 % hot.len() as u64) as usize];
+                    cache.set(k, &make_value(k, i, 100 + (i % 200) as usize), 0, 0).unwrap();
+                }
+            }
+        }));
+    }
+    for r in 0..2usize {
+        let (cache, hot, stop, hits) = (cache.clone(), hot.clone(), stop.clone(), hits.clone());
+        threads.push(std::thread::spawn(move || {
+            let mut i = r;
+            while !stop.load(Ordering::Relaxed) {
+                i += 1;
+                let k = &hot[i * 13 % hot.len()];
+                if let Some(v) = cache.get(k).unwrap() {
+                    verify_value(k, &v.data);
+                    hits.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().unwrap();
+    }
+    let st = cache.stats().unwrap();
+    assert_eq!(cache.strict_shards().unwrap(), 1);
+    assert!(hits.load(Ordering::Relaxed) > 1000, "readers barely hit: {st:?}");
+    assert!(st.evictions > 1000 && st.compactions > 100, "no judgements raced the readers: {st:?}");
     assert_eq!(st.resets + st.corruptions, 0, "{st:?}");
     cache.check().unwrap();
 }

@@ -31,7 +31,10 @@
 //!   (Segcache, NSDI '21), in passes of bounded size that writes pay as
 //!   the head fills, so that no write and no reader waits for more than
 //!   one pass whatever the shard's size (`sh::MAX_STEP_BYTES` records the
-//!   most one write examined).
+//!   most one write examined). Strict admission judges a full head in the
+//!   write that fills it (`judge_head`: work bounded by the segment), in
+//!   moves of about a pass each, its index lookups done between them, so
+//!   that readers still wait for one pass at most.
 //! * A pass is a move (`seq` odd, `REWRITING` set): readers retry, versions
 //!   stay unique (between moves a segment's `used` only grows, and a freed
 //!   segment is reused only after the move that freed it), a holder that
@@ -149,6 +152,51 @@ impl Dropped {
         }
         Ok(())
     }
+}
+
+/// The candidates of a judgement of the head (`judge_head`), met in turn
+/// by the victims its duel passes find; `lost`: the offsets of those that
+/// lost, in order.
+struct Duel<'c> {
+    cands: &'c [(usize, u32)],
+    next: usize,
+    lost: Vec<usize>,
+}
+
+impl Duel<'_> {
+    /// Whether a candidate takes `victim`'s place: the next ones meet it
+    /// until one is counted more often, and those before it lose.
+    fn meet(&mut self, g: &ShardGuard<'_>, victim: u32) -> bool {
+        while let Some(&(off, tag)) = self.cands.get(self.next) {
+            self.next += 1;
+            if g.wins(tag, victim) {
+                return true;
+            }
+            self.lost.push(off);
+        }
+        false
+    }
+}
+
+/// Test instrument of this thread's judgements: how many ran, how many
+/// moves they made (the most in one), the most bytes one move walked, and
+/// how many more moves are followed by a check of the whole shard.
+#[cfg(test)]
+#[derive(Clone, Copy, Default)]
+struct JudgedMoves {
+    judgements: usize,
+    moves: usize,
+    /// The most moves one judgement made.
+    most_moves: usize,
+    most_bytes: usize,
+    /// Moves still to be followed by a check.
+    checks: usize,
+}
+
+#[cfg(test)]
+thread_local! {
+    static JUDGED_MOVES: std::cell::Cell<JudgedMoves> =
+        const { std::cell::Cell::new(JudgedMoves { judgements: 0, moves: 0, most_moves: 0, most_bytes: 0, checks: 0 }) };
 }
 
 impl<'a> ShardGuard<'a> {
@@ -533,7 +581,7 @@ impl<'a> ShardGuard<'a> {
             && self.hdr(sh::FREE) == NO_SEGMENT as u64
             && self.fresh()? >= self.shard.seg_count
             && self.under_pressure(self.arena_reserved()?)
-            && self.judge_head_in_move(now, size)
+            && self.judge_head_in_moves(now, size)
         {
             return Ok(true);
         }
@@ -688,14 +736,10 @@ impl<'a> ShardGuard<'a> {
         Ok(true)
     }
 
-    /// `judge_head` inside its own move; corruption resets the shard.
-    /// Returns whether the head now has room for `size` bytes.
-    fn judge_head_in_move(&self, now: &mut Now, size: usize) -> bool {
-        self.begin_move();
-        self.set_hdr(sh::REWRITING, 1);
-        let r = self.judge_head(now.get());
-        self.end_move();
-        match r {
+    /// `judge_head`, and whether the head then has room for `size` bytes;
+    /// corruption resets the shard.
+    fn judge_head_in_moves(&self, now: &mut Now, size: usize) -> bool {
+        match self.judge_head(now.get()) {
             // Within the reserved arena too (a lazy file the file system
             // refused to grow).
             Ok(()) => matches!(self.room_in_head(size), Ok(Some(_))),
@@ -706,16 +750,31 @@ impl<'a> ShardGuard<'a> {
         }
     }
 
+    /// `f` inside a move of its own (`REWRITING` stays set until the write
+    /// ends, as for every pass).
+    fn in_move<R>(&self, f: impl FnOnce() -> Check<R>) -> Check<R> {
+        self.begin_move();
+        self.set_hdr(sh::REWRITING, 1);
+        let r = f();
+        self.end_move();
+        r
+    }
+
     /// The strict mode's judgement of a full head (`policy.rs`): the
     /// older half of the entries not judged yet (those from the window
     /// start on) is judged oldest first. An entry hit since it came in
     /// stays (with its mark); an unhit one (a candidate) meets the victim
-    /// at the conveyor's read cursor, found by a duel pass
+    /// at the conveyor's read cursor, found by duel passes
     /// (`conveyor_pass`): it stays and the victim goes if the sketch
     /// counts it more often, else it goes. Then the head is compacted in
     /// place: the candidates that lost, dead and expired entries go, the
     /// rest slide down, and the window starts after the judged survivors.
-    /// Inside a move.
+    ///
+    /// No reader waits for the whole judgement, only for one move of it,
+    /// each about a pass (`STEP_BUDGET`): the candidates are found by
+    /// reading alone (no move), the duels run in passes of their own, and
+    /// the compaction moves in steps with the gap it has opened left as
+    /// one dead filler between two (the conveyor's way).
     fn judge_head(&self, t: u64) -> Check<()> {
         let head = self.head()?;
         let active = self.active_slots()?;
@@ -724,9 +783,52 @@ impl<'a> ShardGuard<'a> {
         let start = self.window_start();
         let start = if (begin..=end).contains(&start) { start } else { begin };
         let half = start + (end - start) / 2;
-        // The candidates, oldest first: (arena offset, tag). Each entry's
-        // slot is a cache miss in a large index: the look-ahead hashes the
-        // next few and prefetches their home slots.
+        let cands = self.head_candidates(start, half, end, t, active)?;
+        #[cfg(test)]
+        let moves_before = JUDGED_MOVES.with(|m| {
+            m.set(JudgedMoves { judgements: m.get().judgements + 1, ..m.get() });
+            m.get().moves
+        });
+        let mut duel = Duel { cands: &cands, next: 0, lost: Vec::new() };
+        let mut left = self.shard.seg_size / 2;
+        while duel.next < cands.len() && left > 0 {
+            let pass = self.in_move(|| {
+                let budget = left.min(STEP_BUDGET);
+                self.conveyor_pass(true, t, budget, false, Some(&mut |v| duel.meet(self, v)))
+            })?;
+            #[cfg(test)]
+            self.judged_move(pass.examined);
+            left = left.saturating_sub(pass.examined);
+            if pass.stuck || pass.examined == 0 {
+                break;
+            }
+        }
+        // The window starts again at the first candidate the passes did not
+        // reach, or after the judged half.
+        let unjudged = cands.get(duel.next).map_or(half, |c| c.0);
+        self.compact_judged_head(begin, end, &duel.lost, unjudged, t, active)?;
+        #[cfg(test)]
+        JUDGED_MOVES.with(|m| {
+            let now = m.get();
+            m.set(JudgedMoves { most_moves: now.most_moves.max(now.moves - moves_before), ..now });
+        });
+        self.note_examined(end - begin + half - start);
+        Ok(())
+    }
+
+    /// The candidates of a judgement, oldest first: (arena offset, tag) of
+    /// each unhit live entry in `[start, half)` of the head. Reads only
+    /// (under the lock, outside any move). Each entry's slot is a cache
+    /// miss in a large index: the look-ahead hashes the next few and
+    /// prefetches their home slots.
+    fn head_candidates(
+        &self,
+        start: usize,
+        half: usize,
+        end: usize,
+        t: u64,
+        active: usize,
+    ) -> Check<Vec<(usize, u32)>> {
         let mut cands = Vec::new();
         let mut ahead = Lookahead::default();
         let mut off = start;
@@ -743,77 +845,126 @@ impl<'a> ShardGuard<'a> {
                 cands.push((e.off, tag));
             }
         }
-        // Each meets the victims of a duel pass; `lost` in order.
-        let mut next = 0;
-        let mut lost = Vec::new();
-        if !cands.is_empty() {
-            let mut duel = |victim: u32| -> bool {
-                while next < cands.len() {
-                    let (off, tag) = cands[next];
-                    next += 1;
-                    if self.wins(tag, victim) {
-                        return true;
-                    }
-                    lost.push(off);
-                }
-                false
-            };
-            let budget = self.shard.seg_size / 2;
-            self.conveyor_pass(true, t, budget, false, Some(&mut duel))?;
-        }
-        // The window starts again at the first candidate the pass did not
-        // reach, or after the judged half.
-        let unjudged = cands.get(next).map_or(half, |c| c.0);
-        // The pass may have moved slots (purging tombstones): the head is
-        // read again to compact it. The entries before the first that goes
-        // stay where they are, their slots as they are: only those after
-        // it are looked up (and the look-ahead starts there).
-        let mut lost = lost.into_iter().peekable();
-        let mut dropped = Dropped::default();
-        let mut write = begin;
+        Ok(cands)
+    }
+
+    /// Compact the judged head `[begin, end)` in place: the candidates that
+    /// lost (`lost`, in order), dead and expired entries go, the rest slide
+    /// down, the bump pointer follows them and the window starts at the
+    /// first survivor from `unjudged` on. The entries before the first
+    /// that goes stay where they are, their slots as they are: they are
+    /// only read, outside any move. From there, moves of `STEP_BUDGET`
+    /// bytes walked each; the passes may have moved slots (purging
+    /// tombstones), so each survivor's is looked up again.
+    fn compact_judged_head(
+        &self,
+        begin: usize,
+        end: usize,
+        lost: &[usize],
+        unjudged: usize,
+        t: u64,
+        active: usize,
+    ) -> Check<()> {
+        let mut lost = lost.iter().copied().peekable();
         let mut window = None;
-        let mut ahead = Lookahead::default();
         let mut off = begin;
         while off < end {
             let e = self.entry(off, end)?;
-            off += e.size;
-            if e.is_dead() {
-                continue;
-            }
             while lost.next_if(|&l| l < e.off).is_some() {}
-            let goes = e.expired(t) || lost.next_if_eq(&e.off).is_some();
-            if !goes {
-                if e.off >= unjudged && window.is_none() {
-                    window = Some(write);
-                }
-                if write == e.off {
-                    // In place: its slot already points here, marked.
-                    write += e.size;
+            if e.is_dead() || e.expired(t) || lost.peek() == Some(&e.off) {
+                break;
+            }
+            if e.off >= unjudged && window.is_none() {
+                window = Some(e.off);
+            }
+            off += e.size;
+        }
+        if off >= end {
+            // Nothing goes: nothing moves.
+            self.set_window_start(window.unwrap_or(end));
+            return Ok(());
+        }
+        let mut write = off;
+        let mut ahead = Lookahead::default();
+        let mut step = Vec::new();
+        loop {
+            // Between two moves, reads alone (readers go on meanwhile): the
+            // next step's entries, what becomes of each, and their slots,
+            // each a cache miss in a large index.
+            #[cfg(test)]
+            let from = off;
+            let stop = end.min(off.saturating_add(STEP_BUDGET));
+            while off < stop {
+                let e = self.entry(off, end)?;
+                off += e.size;
+                if e.is_dead() {
                     continue;
                 }
+                while lost.next_if(|&l| l < e.off).is_some() {}
+                let goes = e.expired(t) || lost.next_if_eq(&e.off).is_some();
+                let tag = ahead.tag_of(self, &e, end, active);
+                let slot = self
+                    .find_slot(tag, e.off, active)?
+                    .ok_or(Corrupt("a live entry has no slot"))?;
+                step.push((e, slot, tag, goes));
             }
-            let tag = ahead.tag_of(self, &e, end, active);
-            let slot =
-                self.find_slot(tag, e.off, active)?.ok_or(Corrupt("a live entry has no slot"))?;
-            if goes {
-                dropped.drop_entry(self, &e, slot, t);
-                continue;
+            let done = off >= end;
+            // The move: the step's stores alone.
+            self.in_move(|| {
+                let mut dropped = Dropped::default();
+                for (e, slot, tag, goes) in step.drain(..) {
+                    if goes {
+                        dropped.drop_entry(self, &e, slot, t);
+                        continue;
+                    }
+                    if e.off >= unjudged && window.is_none() {
+                        window = Some(write);
+                    }
+                    // SAFETY: both ranges lie in the head's used bytes
+                    // (checked entries); write < e.off (the entries before
+                    // the first that went were passed above), survivors
+                    // are copied in order, and ptr::copy handles the
+                    // overlap.
+                    unsafe { ptr::copy(self.arena_ptr(e.off), self.arena_ptr(write), e.size) };
+                    let mark = self.slot(slot) & SLOT_VISITED;
+                    self.set_slot(slot, Self::tagged_slot(tag, write) | mark);
+                    write += e.size;
+                }
+                if done {
+                    self.set_hdr(sh::BUMP, write as u64);
+                    self.set_window_start(window.unwrap_or(write));
+                } else if off > write {
+                    // Readers find whole entries between two moves: what
+                    // was walked and not refilled is one dead entry.
+                    self.write_filler(write, off - write);
+                }
+                dropped.settle(self, active, done)
+            })?;
+            #[cfg(test)]
+            self.judged_move(off - from);
+            if done {
+                return Ok(());
             }
-            // SAFETY: both ranges lie in the head's used bytes (checked
-            // entries); write < e.off (an entry in place was passed above),
-            // survivors are copied in order, and ptr::copy handles the
-            // overlap.
-            unsafe { ptr::copy(self.arena_ptr(e.off), self.arena_ptr(write), e.size) };
-            let mark = self.slot(slot) & SLOT_VISITED;
-            self.set_slot(slot, Self::tagged_slot(tag, write) | mark);
-            write += e.size;
         }
-        self.note_examined(end - begin + half - start);
-        self.set_hdr(sh::BUMP, write as u64);
-        self.set_window_start(window.unwrap_or(write));
-        dropped.settle(self, active, true)?;
-        self.bump_stat(sh::COMPACTIONS);
-        Ok(())
+    }
+
+    /// Test instrument: a move of a judgement that walked `bytes` has
+    /// ended; while `JudgedMoves::checks` lasts, the shard must be whole.
+    #[cfg(test)]
+    fn judged_move(&self, bytes: usize) {
+        JUDGED_MOVES.with(|m| {
+            let mut now = m.get();
+            now.moves += 1;
+            now.most_bytes = now.most_bytes.max(bytes);
+            let check = now.checks > 0;
+            now.checks = now.checks.saturating_sub(1);
+            m.set(now);
+            if check {
+                if let Err(e) = self.check_whole() {
+                    panic!("between two moves of a judgement: {e}");
+                }
+            }
+        });
     }
 
     /// Rebuild the index in place from its own slots into `active` slots
@@ -934,8 +1085,75 @@ impl<'a> ShardGuard<'a> {
 
 #[cfg(test)]
 mod tests {
-    use super::{divide, reciprocal};
-    use crate::layout::{Geometry, HEADER_SIZE, MAX_SHARD_SIZE};
+    use super::{divide, reciprocal, JudgedMoves, JUDGED_MOVES};
+    use crate::cache::Store;
+    use crate::file::OpenOptions;
+    use crate::layout::{Geometry, HEADER_SIZE, MAX_SHARD_SIZE, STEP_BUDGET};
+    use crate::EvictionMode;
+
+    /// A strict judgement of a full head keeps readers waiting for one
+    /// pass at a time: its duels run in passes of `STEP_BUDGET`, its
+    /// compaction in steps of as many bytes, and between two of its moves
+    /// the shard is whole (every live entry reachable from the index, the
+    /// counters right), as the readers that go on between them find it.
+    /// New keys that are never read (nearly every candidate loses) and
+    /// keys read back soon after (hit in the window: they stay), in one
+    /// shard of 4 and of 8 MiB pinned strict.
+    #[test]
+    fn a_judgement_moves_a_pass_at_a_time_and_leaves_the_shard_whole() {
+        for mib in [4usize, 8] {
+            let dir =
+                std::env::temp_dir().join(format!("nearcache-judge-{mib}-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let path = dir.join("c");
+            let opts = OpenOptions {
+                size: Some(HEADER_SIZE + (mib << 20)),
+                shards: 1,
+                ..OpenOptions::default()
+            };
+            let store = Store::open_as(&path, &path, &opts, None).unwrap();
+            store.set_eviction_mode(EvictionMode::Strict).unwrap();
+            let (segments, seg_size) = store.geometry().segments();
+            assert!(
+                segments > 1 && seg_size > 4 * STEP_BUDGET,
+                "{mib} MiB: {segments} x {seg_size}"
+            );
+            JUDGED_MOVES.with(|m| m.set(JudgedMoves { checks: 80, ..JudgedMoves::default() }));
+            let key = |i: usize| format!("{i:036}");
+            let value = |i: usize| vec![(i % 251) as u8; 160];
+            for i in 0..2 * (mib << 20) / 200 {
+                store.set(key(i).as_bytes(), &value(i), 0, 0).unwrap();
+                if i % 5 == 0 && i >= 40 {
+                    if let Some(v) = store.get(key(i - 40).as_bytes()).unwrap() {
+                        assert_eq!(v.data, value(i - 40));
+                    }
+                }
+            }
+            let seen = JUDGED_MOVES.with(|m| m.get());
+            let stats = store.stats().unwrap();
+            assert!(seen.judgements >= 20 && seen.checks == 0, "{mib} MiB: {stats:?}");
+            // A judgement that compacts most of a head does it in steps.
+            assert!(
+                seen.most_moves >= seg_size / 2 / STEP_BUDGET,
+                "{mib} MiB: at most {} moves in one of {} judgements",
+                seen.most_moves,
+                seen.judgements
+            );
+            // A move walks a pass's bytes, overshot by one entry at most.
+            assert!(
+                seen.most_bytes <= STEP_BUDGET + 256,
+                "{mib} MiB: a move of a judgement walked {} bytes",
+                seen.most_bytes
+            );
+            assert_eq!(stats.resets + stats.corruptions, 0, "{stats:?}");
+            for s in store.shard_slice() {
+                let g = s.lock(std::time::Duration::from_secs(5)).unwrap();
+                g.check().unwrap();
+            }
+            drop(store);
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
 
     /// The multiply that replaces a division by the segment size agrees
     /// with the division at every segment size a geometry gives and at
