@@ -47,7 +47,8 @@ fn work_per_write_does_not_grow_with_the_shard() {
 
 #[test]
 fn strict_admission_judges_at_most_a_head_per_write() {
-    // Strict admission judges the full head in one write (`judge_head`):
+    // Strict admission judges the full head in one write (`judge_head`,
+    // in moves of about a pass each, so readers wait for one pass):
     // the head read once and its older half twice, a duel pass of half a
     // segment, then, if the judgement freed too little, the passes that
     // free a segment for a new head (no pass is paid ahead in strict mode:
