@@ -463,11 +463,9 @@ impl<'a> ShardGuard<'a> {
 
     /// Run one pass inside its own move; corruption resets the shard.
     fn pass_in_move(&self, evict: bool, t: u64, budget: usize) -> Option<Pass> {
-        self.begin_move();
-        self.set_hdr(sh::REWRITING, 1);
-        let r = self.conveyor_pass(evict, t, budget, true, None);
-        self.end_move();
-        r.map_err(|c| self.recover(c)).ok()
+        self.in_move(|| self.conveyor_pass(evict, t, budget, true, None))
+            .map_err(|c| self.recover(c))
+            .ok()
     }
 
     /// Free one segment: passes (each its own move, so readers wait for

@@ -241,6 +241,18 @@ impl<'a> ShardGuard<'a> {
         }
     }
 
+    /// `f` inside a move of its own that moves or rewrites entries:
+    /// `REWRITING` is set, and stays set until the write ends, so that a
+    /// holder that dies in it leaves the shard to be reset (a conveyor
+    /// pass, a step of a strict judgement).
+    pub(super) fn in_move<R>(&self, f: impl FnOnce() -> Check<R>) -> Check<R> {
+        self.begin_move();
+        self.set_hdr(sh::REWRITING, 1);
+        let r = f();
+        self.end_move();
+        r
+    }
+
     /// The reserved arena bytes, checked against the arena size (all of
     /// it in a preallocated file).
     pub(super) fn arena_reserved(&self) -> Check<usize> {

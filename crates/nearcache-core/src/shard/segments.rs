@@ -750,16 +750,6 @@ impl<'a> ShardGuard<'a> {
         }
     }
 
-    /// `f` inside a move of its own (`REWRITING` stays set until the write
-    /// ends, as for every pass).
-    fn in_move<R>(&self, f: impl FnOnce() -> Check<R>) -> Check<R> {
-        self.begin_move();
-        self.set_hdr(sh::REWRITING, 1);
-        let r = f();
-        self.end_move();
-        r
-    }
-
     /// The strict mode's judgement of a full head (`policy.rs`): the
     /// older half of the entries not judged yet (those from the window
     /// start on) is judged oldest first. An entry hit since it came in
@@ -921,10 +911,10 @@ impl<'a> ShardGuard<'a> {
                         window = Some(write);
                     }
                     // SAFETY: both ranges lie in the head's used bytes
-                    // (checked entries); write < e.off (the entries before
-                    // the first that went were passed above), survivors
-                    // are copied in order, and ptr::copy handles the
-                    // overlap.
+                    // (checked entries); write < e.off (the walk above
+                    // stopped at the first entry that goes or is dead, and
+                    // the first step passes it), survivors are copied in
+                    // order, and ptr::copy handles the overlap.
                     unsafe { ptr::copy(self.arena_ptr(e.off), self.arena_ptr(write), e.size) };
                     let mark = self.slot(slot) & SLOT_VISITED;
                     self.set_slot(slot, Self::tagged_slot(tag, write) | mark);
