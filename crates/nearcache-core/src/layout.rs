@@ -69,7 +69,12 @@ pub const MAGIC: [u8; 8] = *b"NEARCACH";
 /// shards of 128 KiB or more, a 32nd of a smaller shard (was 64), so a
 /// small shard's sketch tells its keys apart: the same file size has
 /// another policy region.
-pub const LAYOUT_VERSION: u32 = 15;
+pub const LAYOUT_VERSION: u32 = 16;
+
+/// Bytes of the header of a shard's refusals' record, the policy body's
+/// last part (`shard/policy.rs`); its probes follow, 8 bytes each
+/// (`Geometry::refusal_probes`).
+pub const REFUSALS_HEADER: usize = 64;
 /// Fewest counters per row of a shard's frequency sketch (4 KiB in all),
 /// in shards of 128 KiB or more (a 32nd of a smaller one). The sketch
 /// counts the keys of about ten times a shard's entries in additions
@@ -497,16 +502,40 @@ impl Geometry {
         (sketch, minis)
     }
 
+    /// Probes of the refusals' record (`shard/policy.rs`): a quarter of a
+    /// miniature's records, 32 or 64 (a shard of 512 KiB and more: 64);
+    /// none in a shard whose miniatures have the fewest records (64:
+    /// under about 170 KiB), which has no record at all. Its bytes would
+    /// be a few of its entries, and the rows its rule helps (a working set
+    /// that moves) are larger ones.
+    pub fn refusal_probes(&self) -> usize {
+        match self.policy_parts().1 {
+            ..=64 => 0,
+            minis => (minis / 4).min(64),
+        }
+    }
+
+    /// Bytes of the refusals' record: its header and its probes (none
+    /// without probes).
+    pub fn refusals_size(&self) -> usize {
+        match self.refusal_probes() {
+            0 => 0,
+            probes => REFUSALS_HEADER + 8 * probes,
+        }
+    }
+
     /// Bytes of the policy body: the sketch (four rows of 4-bit counters)
     /// and three miniatures (a 64-byte header, `minis + minis / 2` records
     /// of 4 bytes, and an index of twice as many 2-byte slots, a power of
-    /// two), padded to a cache line. A 2 MiB shard: 18.7 KiB, 0.9% of it
-    /// (14.4 KiB with two miniatures of `minis + minis / 8` records).
+    /// two), padded to a cache line, then the refusals' record
+    /// (`refusals_size`, the last of the body). A 2 MiB shard: 19.3 KiB,
+    /// 0.9% of it.
     pub fn policy_size(&self) -> usize {
         let (sketch, minis) = self.policy_parts();
         let records = minis + minis / 2;
         let index = (2 * records).next_power_of_two();
         (4 * sketch / 2 + 3 * (64 + 4 * records + 2 * index)).next_multiple_of(64)
+            + self.refusals_size()
     }
 
     /// Offset of the slot index inside a shard.
@@ -758,6 +787,33 @@ mod tests {
                 assert!(4 * width / 2 <= shard / 32, "{shard}-byte shard");
             }
             assert!(g.arena_size() >= MIN_SHARD_SIZE / 2);
+        }
+    }
+
+    /// A shard whose miniatures have the fewest records has no refusals'
+    /// record: its policy body is what it was before the record came;
+    /// larger shards have 32 or 64 probes after a 64-byte header, the
+    /// body's last bytes.
+    #[test]
+    fn a_small_shard_has_no_refusals_record() {
+        for (shard, probes) in [
+            (16 << 10, 0),
+            (128 << 10, 0),
+            (168 << 10, 0),
+            (176 << 10, 32),
+            (256 << 10, 32),
+            (512 << 10, 64),
+            (1 << 20, 64),
+            (2 << 20, 64),
+        ] {
+            let g = Geometry::for_size(HEADER_SIZE + shard, 1).unwrap();
+            assert_eq!(g.refusal_probes(), probes, "{shard}-byte shard");
+            let (sketch, minis) = g.policy_parts();
+            let records = minis + minis / 2;
+            let index = (2 * records).next_power_of_two();
+            let before = (4 * sketch / 2 + 3 * (64 + 4 * records + 2 * index)).next_multiple_of(64);
+            let record = if probes == 0 { 0 } else { REFUSALS_HEADER + 8 * probes };
+            assert_eq!(g.policy_size(), before + record, "{shard}-byte shard");
         }
     }
 

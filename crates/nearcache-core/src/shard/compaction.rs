@@ -341,6 +341,7 @@ impl<'a> ShardGuard<'a> {
         // The first window entry left unjudged: the window starts there.
         let mut unjudged = None;
         if strict && n > 0 {
+            let came_in = self.judgement_clock(false);
             // The entries appended since the last compaction are the
             // window (`policy.rs`): each unhit one meets the hand's next
             // victim among the older entries, and one of the two goes,
@@ -368,7 +369,7 @@ impl<'a> ShardGuard<'a> {
                     idx = if i + 1 == n { 0 } else { i + 1 };
                 }
                 let Some(v) = victim else { break };
-                let gone = if self.wins(tags[c], tags[v]) {
+                let gone = if self.wins(tags[c], tags[v], came_in) {
                     idx = if v + 1 == n { 0 } else { v + 1 };
                     v
                 } else {
@@ -381,6 +382,7 @@ impl<'a> ShardGuard<'a> {
                 let e = entries[gone];
                 self.note_dropped(&e);
             }
+            self.note_judged();
         }
         // Lenient: the hand wraps before the young entries while the older
         // ones can free enough (at most two laps of them).
@@ -570,6 +572,7 @@ impl<'a> ShardGuard<'a> {
             }
             None
         };
+        let came_in = if strict { self.judgement_clock(false) } else { 0 };
         for c in candidates {
             if drop[c] || visited[c] {
                 continue;
@@ -583,7 +586,7 @@ impl<'a> ShardGuard<'a> {
             };
             // The loser goes; a candidate that loses leaves the hand on its
             // victim, which the next candidate meets.
-            let gone = if self.wins(tags[c], tags[v]) {
+            let gone = if self.wins(tags[c], tags[v], came_in) {
                 v
             } else {
                 hand_at = v;
@@ -604,6 +607,9 @@ impl<'a> ShardGuard<'a> {
             evicted += 1;
         }
         let stop = hand_at;
+        if strict {
+            self.note_judged();
+        }
         // The hits the hand cleared reach the sketch (`policy.rs`).
         for tag in cleared {
             self.note_hit(tag);

@@ -154,6 +154,10 @@ pub(crate) struct Shard {
     policy_size: usize,
     sketch_width: usize,
     mini_records: usize,
+    /// Probes of the refusals' record (`Geometry::refusal_probes`) and
+    /// the record's bytes.
+    refusal_probes: usize,
+    refusals_size: usize,
     /// The shard's number in its file (where its handle keeps what it
     /// sampled of it: `policy::Samples`).
     pub(crate) number: usize,
@@ -305,6 +309,8 @@ impl Shard {
             policy_size: geo.policy_size(),
             sketch_width: geo.policy_parts().0,
             mini_records: geo.policy_parts().1,
+            refusal_probes: geo.refusal_probes(),
+            refusals_size: geo.refusals_size(),
             number: file_off.saturating_sub(HEADER_SIZE) / geo.shard_size.max(1),
         }
     }

@@ -57,6 +57,21 @@
 //!   absent key puts the key in the miniatures. Hits are halved every four
 //!   times a miniature's entries of sampled requests. A new sample rate
 //!   empties them.
+//! * What strict admission refused, and whether it came back. An adaptive
+//!   shard that admits strictly follows the candidates it refuses (a
+//!   probe each, one place per tag: 32 or 64 places, `refusals`) from
+//!   the start of their judgement's window, the earliest they can have
+//!   come in, and learns at the store of an absent key whether one came
+//!   back within three quarters of the shard's entries in requests, where
+//!   a recency policy would still have held it, or stayed away that long.
+//!   Eight in a row that came back turn it lenient at once, with the way
+//!   back of a shard that turned lenient by choice (engine.md, "Round
+//!   sixteen"): the new keys of a working set that moved come back within
+//!   a few hundred requests of the move, long before the miniatures' one
+//!   key in 32 can tell; a key of a loop larger than the cache comes back
+//!   only after more requests than the cache holds entries. The clock is
+//!   the sampled requests the miniatures replayed, and those a handle
+//!   holds for its next replay.
 //! * Two locks. The shard's lock guards the sketch, the window and the
 //!   pin; the miniatures have a lock of their own (`Minis`), only ever
 //!   tried. Each handle keeps its sampled requests per shard (`Samples`:
@@ -78,7 +93,9 @@
 //! header (`mini`), `minis + minis / 2` u32 records (the main part's
 //! places, then the window's ring, an eighth, of the strict and CLOCK
 //! ones; the SIEVE one's in order) and an index of u16 slots (record + 1;
-//! 0 empty), twice the records rounded up to a power of two.
+//! 0 empty), twice the records rounded up to a power of two; then, the
+//! body's last bytes, the refusals' record (a 64-byte header, the words in
+//! `refusals`, and its probes; none in the smallest shards).
 
 use super::compaction::YOUNG_SHARE;
 use super::{Shard, ShardGuard};
@@ -132,6 +149,48 @@ mod mini {
     /// the CLOCK one missed; in the CLOCK one's, the other way round.
     pub const ONLY_HITS: usize = 40;
 }
+
+/// Words of the refusals' record, the policy body's last
+/// `Geometry::refusals_size` bytes: the candidates a strict adaptive
+/// shard refused lately, to learn whether they come back soon
+/// (`ShardGuard::note_refused`, `note_return`).
+mod refusals {
+    /// The shard's clock: low 32 bits, the sampled requests (reads and
+    /// stores) the miniatures replayed or dropped (wrapping); high 32
+    /// bits, the horizon in those requests (three quarters of a
+    /// miniature's entries: as many requests as three quarters of the
+    /// shard's entries). Written by the miniatures' lock holder alone.
+    pub const CLOCK: usize = 0;
+    /// Low 32 bits: refused candidates that came back within the horizon,
+    /// in a row; high 32 bits: the clock at the last of them.
+    pub const RUN: usize = 8;
+    /// The clock at the last two judgements of the window: low 32 bits,
+    /// the last; high 32 bits, the one before (`ShardGuard::
+    /// judgement_clock`).
+    pub const JUDGED: usize = 16;
+    /// The probes (`Geometry::refusal_probes`, 32 or 64) from here, one
+    /// place per tag (`probe_place`): 0 empty, else bit 63, the clock by
+    /// which the refused candidate had not come in (its judgement's
+    /// window's start) in bits 31-62, the tag in bits 0-30.
+    pub const PROBE: usize = crate::layout::REFUSALS_HEADER;
+}
+
+/// A probe word holds a candidate (`refusals::PROBE`).
+const PROBE_SET: u64 = 1 << 63;
+/// The bits of a tag a probe keeps (tags are 31 bits: bit 31 of a sample
+/// marks a store).
+const PROBE_TAG: u64 = (1 << 31) - 1;
+
+/// The place among `probes` of the probe for the key of `tag`: its tag's
+/// bits mixed (the low bits choose the miniatures' sample).
+fn probe_place(tag: u64, probes: usize) -> usize {
+    ((tag ^ tag << 31).wrapping_mul(MIX) >> 32) as usize % probes
+}
+
+/// Refused candidates that came back within the horizon, in a row, that
+/// turn a shard that admits strictly by choice lenient (engine.md, "Round
+/// sixteen").
+const RETURNS_TO_LEAVE: u64 = 8;
 
 /// The miniatures: strict admission (0), lenient admission walked like
 /// CLOCK (1), lenient admission as a shard runs it, SIEVE keeping a
@@ -350,6 +409,19 @@ impl AdmissionChoice {
         (if self.strict { RUNS_STRICT } else { 0 })
             | (if self.warm { WARM } else { 0 })
             | ((self.way_back as u64) << WAY_BACK_SHIFT) & WAY_BACK_MASK
+    }
+
+    /// The choice after the candidates a shard refused came back, eight
+    /// in a row (`RETURNS_TO_LEAVE`): lenient, with the way back a shard
+    /// strict by choice gets when it turns lenient (a shard still warming
+    /// up too: it has refused what a working set that moved asks for
+    /// again, which is no lapse of chance either).
+    pub fn after_returns(self) -> AdmissionChoice {
+        if self.admits_strictly() {
+            AdmissionChoice { strict: false, warm: true, way_back: WAY_BACK_PERIODS }
+        } else {
+            self
+        }
     }
 
     /// Whether the shard admits strictly.
@@ -643,6 +715,9 @@ impl ShardGuard<'_> {
         if !self.learns() {
             return;
         }
+        if self.mode() & PIN_MASK == 2 && self.strict() && self.shard.follows_refusals() {
+            self.note_return(tag);
+        }
         let sampled = self.shard.sampled(tag);
         if sampled || self.counts_all() {
             self.sketch_add(tag);
@@ -663,8 +738,141 @@ impl ShardGuard<'_> {
     }
 
     /// Whether a candidate of `cand` (a tag) takes the place of `victim`.
-    pub(super) fn wins(&self, cand: u32, victim: u32) -> bool {
-        self.shard.wins(cand, victim)
+    /// One that does not is a refusal, followed (`note_refused`) from
+    /// `came_in`, the clock at the start of its judgement's window
+    /// (`judgement_clock`).
+    pub(super) fn wins(&self, cand: u32, victim: u32, came_in: u32) -> bool {
+        let wins = self.shard.wins(cand, victim);
+        if !wins {
+            self.note_refused(cand, came_in);
+        }
+        wins
+    }
+
+    /// The clock of the refusals' record, with the sampled requests this
+    /// handle made since its last replay (the miniatures count them only
+    /// after this write: a strict shard holding a loop hits in runs of
+    /// hundreds, and a key refused before the run would look back soon
+    /// after it), and its horizon (at least one sampled request).
+    fn refusals_clock(&self) -> (u32, u32) {
+        let word = self.shard.refusals_word(refusals::CLOCK).load(Relaxed);
+        let pending = self
+            .samples
+            .and_then(|s| s.shards.get(self.shard.number))
+            .map_or(0, |s| s.len.load(Relaxed));
+        ((word as u32).wrapping_add(pending), ((word >> 32) as u32).max(1))
+    }
+
+    /// The clock by which the candidates of a judgement of the window had
+    /// not come in yet: the earliest a refusal can be followed from. A
+    /// key refused long after it came in (a strict shard holding a loop
+    /// fills its window slowly, between runs of hits) must not look back
+    /// soon. A shard of one segment judges what came in since its last
+    /// judgement (`segmented` false); a segmented one keeps the newer
+    /// half of its head in the window, so its candidates came in since
+    /// the judgement before that.
+    pub(super) fn judgement_clock(&self, segmented: bool) -> u32 {
+        if !self.shard.follows_refusals() {
+            return 0;
+        }
+        let judged = self.shard.refusals_word(refusals::JUDGED).load(Relaxed);
+        if segmented {
+            (judged >> 32) as u32
+        } else {
+            judged as u32
+        }
+    }
+
+    /// A judgement of the window ended (`judgement_clock`).
+    pub(super) fn note_judged(&self) {
+        if self.mode() & PIN_MASK != 2 || !self.shard.follows_refusals() {
+            return;
+        }
+        let (now, _) = self.refusals_clock();
+        let word = self.shard.refusals_word(refusals::JUDGED);
+        word.store(word.load(Relaxed) << 32 | now as u64, Relaxed);
+    }
+
+    /// An adaptive shard refused the candidate of `tag`, which came in
+    /// after the clock read `came_in`: keep it as a probe from then in its
+    /// place if that is free, or holds one that stayed away past the
+    /// horizon (its verdict). A place that holds a probe still waiting (or
+    /// this key's, whose first refusal counts) keeps it; a candidate that
+    /// may have come in longer than the horizon ago is not followed.
+    fn note_refused(&self, tag: u32, came_in: u32) {
+        if self.mode() & PIN_MASK != 2 || !self.shard.follows_refusals() {
+            return;
+        }
+        let (now, horizon) = self.refusals_clock();
+        if now.wrapping_sub(came_in) > horizon {
+            return;
+        }
+        let tag = tag as u64 & PROBE_TAG;
+        let word = self.refusal_probe(probe_place(tag, self.shard.refusal_probes));
+        let probe = word.load(Relaxed);
+        if probe & PROBE_SET != 0 {
+            if now.wrapping_sub((probe >> 31) as u32) <= horizon {
+                return;
+            }
+            self.stayed_away(word);
+        }
+        word.store(PROBE_SET | (came_in as u64) << 31 | tag, Relaxed);
+    }
+
+    /// Probe `i` of the refusals' record.
+    fn refusal_probe(&self, i: usize) -> &AtomicU64 {
+        self.shard.refusals_word(refusals::PROBE + 8 * (i % self.shard.refusal_probes))
+    }
+
+    /// The probe in `word` stayed away past the horizon: strict admission
+    /// was right to refuse it, and the run of returns ends.
+    fn stayed_away(&self, word: &AtomicU64) {
+        word.store(0, Relaxed);
+        self.shard.refusals_word(refusals::RUN).store(0, Relaxed);
+    }
+
+    /// A key of `tag` was stored absent in a shard that admits strictly by
+    /// choice. The probe in the key's place came back if it is the key's,
+    /// or stayed away if it is past the horizon: the stores of absent keys
+    /// fall on every place in turn, so one that stayed away is found soon
+    /// after its horizon. The run of returns counts those within the
+    /// horizon of the last (an older run is over); at `RETURNS_TO_LEAVE`
+    /// the shard turns lenient (`AdmissionChoice::after_returns`) and
+    /// forgets its probes.
+    fn note_return(&self, tag: u32) {
+        let probes = self.shard.refusal_probes;
+        let word = self.refusal_probe(probe_place(tag as u64 & PROBE_TAG, probes));
+        let probe = word.load(Relaxed);
+        if probe & PROBE_SET == 0 {
+            return;
+        }
+        let (now, horizon) = self.refusals_clock();
+        if now.wrapping_sub((probe >> 31) as u32) > horizon {
+            self.stayed_away(word);
+            return;
+        }
+        if probe & PROBE_TAG != tag as u64 & PROBE_TAG {
+            return;
+        }
+        word.store(0, Relaxed);
+        let run_word = self.shard.refusals_word(refusals::RUN);
+        let run = run_word.load(Relaxed);
+        let last = (run >> 32) as u32;
+        let run = if now.wrapping_sub(last) > horizon { 1 } else { (run as u32 as u64) + 1 };
+        if run < RETURNS_TO_LEAVE {
+            run_word.store((now as u64) << 32 | run, Relaxed);
+            return;
+        }
+        run_word.store(0, Relaxed);
+        for i in 0..probes {
+            self.refusal_probe(i).store(0, Relaxed);
+        }
+        let mode = self.shard.pol_word(pol::MODE);
+        let _ = mode.fetch_update(Relaxed, Relaxed, |mode| {
+            let next = AdmissionChoice::of_mode(mode).after_returns();
+            let new = mode & !CHOICE_BITS | next.mode_bits();
+            (mode & PIN_MASK == 2 && new != mode).then_some(new)
+        });
     }
 
     /// Count the key of `tag` once (conservative update). Only the shard's
@@ -733,6 +941,19 @@ impl Shard {
         // to its size within it; the body starts 64-aligned. Every word of
         // the region is read and written as an atomic.
         unsafe { AtomicU64::from_ptr(self.body_ptr(off, 8) as *mut u64) }
+    }
+
+    /// Whether the shard has a refusals' record (not one whose
+    /// miniatures have the fewest records: `Geometry::refusal_probes`),
+    /// in a body that may be used.
+    fn follows_refusals(&self) -> bool {
+        self.refusal_probes > 0 && self.policy_armed()
+    }
+
+    /// A word of the refusals' record (the constants in `refusals`), the
+    /// body's last bytes (`follows_refusals`).
+    fn refusals_word(&self, field: usize) -> &AtomicU64 {
+        self.body_u64(self.policy_size - self.refusals_size + field)
     }
 
     fn body_u32(&self, off: usize) -> &AtomicU32 {
@@ -844,12 +1065,16 @@ impl Shard {
             return;
         };
         s.busy.store(0, Relaxed);
-        let n = (s.len.swap(0, Relaxed) as usize).min(SAMPLES_PER_SHARD);
+        let len = s.len.swap(0, Relaxed) as usize;
+        let n = len.min(SAMPLES_PER_SHARD);
         if let Some(tags) = s.tags.get().filter(|_| self.policy_learns()) {
             for t in &tags[..n] {
                 let tag = t.load(Relaxed);
                 minis.replay(tag & !STORED, tag & STORED == 0);
             }
+            // The requests past the buffer were not kept, but they were
+            // made: the refusals' clock counts them.
+            minis.tick(len - n);
         }
         let log2 = self.read_rate();
         drop(minis);
@@ -967,6 +1192,17 @@ impl Minis<'_> {
         self.rec_word(m, i).store(v, Relaxed);
     }
 
+    /// Move the refusals' clock on by `requests` sampled requests that
+    /// were not replayed (past a handle's buffer).
+    fn tick(&self, requests: usize) {
+        if requests > 0 && self.shard.follows_refusals() {
+            let clock = self.shard.refusals_word(refusals::CLOCK);
+            let word = clock.load(Relaxed);
+            let now = (word as u32).wrapping_add(requests as u32);
+            clock.store(word & !(u32::MAX as u64) | now as u64, Relaxed);
+        }
+    }
+
     /// Replay a request for the key of `tag` through both miniatures if
     /// its tag is sampled, and take the mode of the one with more hits.
     /// A read (`counted`) is a request: it hits or misses, and a miss
@@ -977,6 +1213,14 @@ impl Minis<'_> {
         let (log2, entries) = self.sample();
         if tag & ((1u32 << log2) - 1) != 0 {
             return;
+        }
+        // The refusals' clock: one more sampled request, and the horizon
+        // three quarters of a miniature's entries, as many requests as
+        // three quarters of the shard's (`ShardGuard::note_return`).
+        if self.shard.follows_refusals() {
+            let clock = self.shard.refusals_word(refusals::CLOCK);
+            let now = (clock.load(Relaxed) as u32).wrapping_add(1);
+            clock.store(((entries * 3 / 4).max(1) as u64) << 32 | now as u64, Relaxed);
         }
         let fp = (tag & !REC_VISITED).max(1);
         let mut hits = [
@@ -1536,6 +1780,100 @@ mod tests {
         }
         drop(minis);
         drop(guard);
+        drop(store);
+    }
+
+    /// An adaptive shard that admits strictly turns lenient, with a way
+    /// back, once eight of the candidates it refused came back in a row
+    /// within the horizon; one that stayed away past it ends the run, and
+    /// so does a return later than the horizon after the last. A shard
+    /// pinned strict stays strict.
+    #[test]
+    fn a_strict_shard_turns_lenient_when_what_it_refused_comes_back() {
+        let dir = OneShard::new("returns");
+        let store = dir.open(1 << 20, true, true);
+        let shard = &store.shard_slice()[0];
+        let horizon = 10u64;
+        let clock = |now: u64| {
+            shard.refusals_word(super::refusals::CLOCK).store(horizon << 32 | now, Relaxed)
+        };
+        // Tags whose probes have places of their own.
+        let mut places = std::collections::HashSet::new();
+        let tags: Vec<u32> = (1u32..)
+            .map(|t| t << 8)
+            .filter(|&t| places.insert(super::probe_place(t as u64, shard.refusal_probes)))
+            .take(shard.refusal_probes)
+            .collect();
+        assert_eq!(shard.refusal_probes, 64);
+        // Refuse `n` keys at `at` that came in `before` earlier, then
+        // store them absent again at `back` (each a write of its own, as
+        // a set is).
+        let before = std::cell::Cell::new(0);
+        let refuse_and_return = |n: usize, first: usize, at: u64, back: u64| {
+            clock(at);
+            for &t in &tags[first..first + n] {
+                let g = shard.lock(Duration::from_secs(5)).unwrap();
+                assert!(g.strict());
+                assert!(!g.wins(t, 1, (at - before.get()) as u32), "the candidate has no count");
+            }
+            clock(back);
+            for &t in &tags[first..first + n] {
+                shard.lock(Duration::from_secs(5)).unwrap().note_miss(t);
+            }
+        };
+        let runs_strict = || shard.lock(Duration::from_secs(5)).unwrap().strict();
+        let reset = || {
+            let g = shard.lock(Duration::from_secs(5)).unwrap();
+            g.reset_policy();
+            g.pin_eviction(super::EvictionMode::Adaptive);
+        };
+        reset();
+        refuse_and_return(7, 1, 100, 105);
+        assert!(runs_strict(), "seven came back");
+        refuse_and_return(1, 20, 106, 108);
+        assert!(!runs_strict(), "eight came back in a row");
+        let choice = AdmissionChoice::of_mode(shard.pol_word(pol::MODE).load(Relaxed));
+        assert_eq!(
+            choice,
+            AdmissionChoice { strict: false, warm: true, way_back: WAY_BACK_PERIODS }
+        );
+
+        // One that stayed away past the horizon ends the run.
+        reset();
+        refuse_and_return(4, 1, 100, 105);
+        refuse_and_return(1, 30, 105, 200);
+        refuse_and_return(4, 40, 200, 205);
+        assert!(runs_strict(), "a run of four, one that stayed away, four");
+        refuse_and_return(4, 50, 205, 206);
+        assert!(!runs_strict(), "eight in a row after it");
+
+        // Returns further apart than the horizon are no run.
+        reset();
+        for (i, at) in (0..10).zip((100..).step_by(20)) {
+            refuse_and_return(1, 50 + i, at, at + 5);
+        }
+        assert!(runs_strict(), "ten returns, each a horizon after the last");
+
+        // A return is timed from when the candidate came in, and one that
+        // came in longer than the horizon before its refusal is not
+        // followed.
+        reset();
+        before.set(6);
+        refuse_and_return(8, 1, 100, 105);
+        assert!(runs_strict(), "back eleven after they came in");
+        before.set(11);
+        refuse_and_return(8, 10, 120, 121);
+        assert!(runs_strict(), "refused eleven after they came in");
+        before.set(10);
+        refuse_and_return(8, 20, 140, 140);
+        assert!(!runs_strict(), "eight back ten after they came in");
+        before.set(0);
+
+        // A pinned shard is left as it is.
+        reset();
+        shard.lock(Duration::from_secs(5)).unwrap().pin_eviction(super::EvictionMode::Strict);
+        refuse_and_return(12, 1, 100, 105);
+        assert!(runs_strict());
         drop(store);
     }
 

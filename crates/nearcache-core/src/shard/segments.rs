@@ -156,11 +156,13 @@ impl Dropped {
 
 /// The candidates of a judgement of the head (`judge_head`), met in turn
 /// by the victims its duel passes find; `lost`: the offsets of those that
-/// lost, in order.
+/// lost, in order; `came_in`: the refusals' clock before the first came
+/// in (`ShardGuard::judgement_clock`).
 struct Duel<'c> {
     cands: &'c [(usize, u32)],
     next: usize,
     lost: Vec<usize>,
+    came_in: u32,
 }
 
 impl Duel<'_> {
@@ -169,7 +171,7 @@ impl Duel<'_> {
     fn meet(&mut self, g: &ShardGuard<'_>, victim: u32) -> bool {
         while let Some(&(off, tag)) = self.cands.get(self.next) {
             self.next += 1;
-            if g.wins(tag, victim) {
+            if g.wins(tag, victim, self.came_in) {
                 return true;
             }
             self.lost.push(off);
@@ -779,7 +781,8 @@ impl<'a> ShardGuard<'a> {
             m.set(JudgedMoves { judgements: m.get().judgements + 1, ..m.get() });
             m.get().moves
         });
-        let mut duel = Duel { cands: &cands, next: 0, lost: Vec::new() };
+        let came_in = self.judgement_clock(true);
+        let mut duel = Duel { cands: &cands, next: 0, lost: Vec::new(), came_in };
         let mut left = self.shard.seg_size / 2;
         while duel.next < cands.len() && left > 0 {
             let pass = self.in_move(|| {
@@ -793,6 +796,7 @@ impl<'a> ShardGuard<'a> {
                 break;
             }
         }
+        self.note_judged();
         // The window starts again at the first candidate the passes did not
         // reach, or after the judged half.
         let unjudged = cands.get(duel.next).map_or(half, |c| c.0);
