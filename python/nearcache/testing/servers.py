@@ -383,6 +383,24 @@ def _redis_command(host: str, port: int, *args: str, timeout: float = 2.0) -> by
                 return reply
 
 
+def _replica_unlinked(node: RedisServer) -> bool:
+    """Whether ``node`` is a replica whose link to its primary is not up (yet)."""
+    try:
+        info = _redis_command(node.host, node.port, "INFO", "replication")
+    except OSError:
+        return True
+    return b"role:slave" in info and b"master_link_status:up" not in info
+
+
+def _wait_replicas_linked(nodes: list[RedisServer], timeout: float) -> None:
+    """Wait until every replica among ``nodes`` has finished its first sync."""
+    deadline = time.monotonic() + timeout
+    while any(_replica_unlinked(node) for node in nodes):
+        if time.monotonic() > deadline:
+            raise ServerError("a replica did not finish its first sync with its primary")
+        time.sleep(0.05)
+
+
 def _complete(reply: bytes) -> bool:
     """Whether a single-line or bulk-string reply has fully arrived."""
     if reply[:1] != b"$":
@@ -508,6 +526,10 @@ class RedisClusterServers(_ServerGroup):
         if result.returncode != 0:
             raise ServerError(f"redis-cli --cluster create failed: {result.stdout}{result.stderr}")
         self.wait_ok(timeout)
+        # A replica that never finished its first sync refuses to fail over
+        # ("disconnected from master for longer than allowed"), so a cluster
+        # with replicas is ready only once every replica's link is up.
+        _wait_replicas_linked([node for node in self.nodes if node.running], timeout)
 
     def cluster_ok(self) -> bool:
         """Whether every running node reports ``cluster_state:ok`` and agrees on all slots."""
@@ -677,6 +699,8 @@ class RedisSentinelServers(_ServerGroup):
             )
             replica.start()
             self.replicas.append(replica)
+        # Sentinels skip a replica that was never linked to its primary.
+        _wait_replicas_linked(self.replicas, timeout)
         for sentinel in self.sentinels:
             sentinel.start()
         deadline = time.monotonic() + timeout

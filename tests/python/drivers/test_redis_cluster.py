@@ -376,7 +376,7 @@ def test_cluster_failover_keeps_invalidations_flowing(tmp_path: Path, unique_pre
             for node in own.nodes:  # replicas have everything so far
                 raw = redis.Redis(host=node.host, port=node.port)
                 if raw.info("replication")["role"] == "master":
-                    raw.wait(1, 2000)
+                    assert raw.wait(1, int(BOUND * 1000)) == 1
                 raw.close()
             owner.kill()
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import socket
+import time
 from pathlib import Path
 
 import pytest
 from servers import require_server
 
 from nearcache.testing import MemcachedServer, RedisServer, ServerError, free_port
+from nearcache.testing.servers import RedisClusterServers, _redis_command
 
 
 def test_free_port_is_bindable() -> None:
@@ -60,3 +62,26 @@ def test_a_port_in_use_is_reported(tmp_path: Path) -> None:
         with pytest.raises(ServerError):
             server.start(timeout=5)
         server.close()
+
+
+def _is_primary(node: RedisServer) -> bool:
+    return b"role:master" in _redis_command(node.host, node.port, "INFO", "replication")
+
+
+def test_a_cluster_with_replicas_can_fail_over_as_soon_as_it_started(tmp_path: Path) -> None:
+    """A replica that never finished its first sync refuses to fail over: start waits for it."""
+    require_server(RedisServer)
+    if RedisClusterServers.available() is None:
+        pytest.skip("redis-cli is not installed")
+    with RedisClusterServers(replicas_per_primary=1, workdir=tmp_path) as cluster:
+        primaries = [node for node in cluster.nodes if _is_primary(node)]
+        replicas = [node for node in cluster.nodes if node not in primaries]
+        assert len(primaries) == len(replicas) == 3
+        for replica in replicas:
+            info = _redis_command(replica.host, replica.port, "INFO", "replication")
+            assert b"master_link_status:up" in info
+        primaries[0].kill()
+        deadline = time.monotonic() + 30.0
+        while not any(_is_primary(replica) for replica in replicas):
+            assert time.monotonic() < deadline, "no replica was promoted within 30 s"
+            time.sleep(0.05)
