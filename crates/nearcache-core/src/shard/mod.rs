@@ -155,9 +155,9 @@ pub(crate) struct Shard {
     sketch_width: usize,
     mini_records: usize,
     /// Probes of the refusals' record (`Geometry::refusal_probes`) and
-    /// the record's bytes.
+    /// where the record starts in the policy body (its last bytes).
     refusal_probes: usize,
-    refusals_size: usize,
+    refusals_off: usize,
     /// The shard's number in its file (where its handle keeps what it
     /// sampled of it: `policy::Samples`).
     pub(crate) number: usize,
@@ -310,7 +310,7 @@ impl Shard {
             sketch_width: geo.policy_parts().0,
             mini_records: geo.policy_parts().1,
             refusal_probes: geo.refusal_probes(),
-            refusals_size: geo.refusals_size(),
+            refusals_off: geo.policy_size() - geo.refusals_size(),
             number: file_off.saturating_sub(HEADER_SIZE) / geo.shard_size.max(1),
         }
     }

@@ -715,7 +715,7 @@ impl ShardGuard<'_> {
         if !self.learns() {
             return;
         }
-        if self.mode() & PIN_MASK == 2 && self.strict() && self.shard.follows_refusals() {
+        if self.follows_refusals_now() && self.strict() {
             self.note_return(tag);
         }
         let sampled = self.shard.sampled(tag);
@@ -747,6 +747,12 @@ impl ShardGuard<'_> {
             self.note_refused(cand, came_in);
         }
         wins
+    }
+
+    /// Whether this shard follows what it refuses now: it has a
+    /// refusals' record and chooses its mode (not pinned).
+    fn follows_refusals_now(&self) -> bool {
+        self.mode() & PIN_MASK == 2 && self.shard.follows_refusals()
     }
 
     /// The clock of the refusals' record, with the sampled requests this
@@ -785,7 +791,7 @@ impl ShardGuard<'_> {
 
     /// A judgement of the window ended (`judgement_clock`).
     pub(super) fn note_judged(&self) {
-        if self.mode() & PIN_MASK != 2 || !self.shard.follows_refusals() {
+        if !self.follows_refusals_now() {
             return;
         }
         let (now, _) = self.refusals_clock();
@@ -800,7 +806,7 @@ impl ShardGuard<'_> {
     /// this key's, whose first refusal counts) keeps it; a candidate that
     /// may have come in longer than the horizon ago is not followed.
     fn note_refused(&self, tag: u32, came_in: u32) {
-        if self.mode() & PIN_MASK != 2 || !self.shard.follows_refusals() {
+        if !self.follows_refusals_now() {
             return;
         }
         let (now, horizon) = self.refusals_clock();
@@ -953,7 +959,7 @@ impl Shard {
     /// A word of the refusals' record (the constants in `refusals`), the
     /// body's last bytes (`follows_refusals`).
     fn refusals_word(&self, field: usize) -> &AtomicU64 {
-        self.body_u64(self.policy_size - self.refusals_size + field)
+        self.body_u64(self.refusals_off + field)
     }
 
     fn body_u32(&self, off: usize) -> &AtomicU32 {
@@ -1195,12 +1201,22 @@ impl Minis<'_> {
     /// Move the refusals' clock on by `requests` sampled requests that
     /// were not replayed (past a handle's buffer).
     fn tick(&self, requests: usize) {
-        if requests > 0 && self.shard.follows_refusals() {
-            let clock = self.shard.refusals_word(refusals::CLOCK);
-            let word = clock.load(Relaxed);
-            let now = (word as u32).wrapping_add(requests as u32);
-            clock.store(word & !(u32::MAX as u64) | now as u64, Relaxed);
+        if requests > 0 {
+            self.advance_refusals_clock(requests as u32, None);
         }
+    }
+
+    /// Move the refusals' clock on by `requests` sampled requests, and
+    /// set its horizon if one is given (in a shard that follows refusals).
+    fn advance_refusals_clock(&self, requests: u32, horizon: Option<usize>) {
+        if !self.shard.follows_refusals() {
+            return;
+        }
+        let clock = self.shard.refusals_word(refusals::CLOCK);
+        let word = clock.load(Relaxed);
+        let now = (word as u32).wrapping_add(requests) as u64;
+        let horizon = horizon.map_or(word >> 32, |h| h.clamp(1, u32::MAX as usize) as u64);
+        clock.store(horizon << 32 | now, Relaxed);
     }
 
     /// Replay a request for the key of `tag` through both miniatures if
@@ -1217,11 +1233,7 @@ impl Minis<'_> {
         // The refusals' clock: one more sampled request, and the horizon
         // three quarters of a miniature's entries, as many requests as
         // three quarters of the shard's (`ShardGuard::note_return`).
-        if self.shard.follows_refusals() {
-            let clock = self.shard.refusals_word(refusals::CLOCK);
-            let now = (clock.load(Relaxed) as u32).wrapping_add(1);
-            clock.store(((entries * 3 / 4).max(1) as u64) << 32 | now as u64, Relaxed);
-        }
+        self.advance_refusals_clock(1, Some(entries * 3 / 4));
         let fp = (tag & !REC_VISITED).max(1);
         let mut hits = [
             self.pol(pol::MINI_HITS),
