@@ -211,12 +211,32 @@ fn plausible_segment_word(rng: &mut Rng, g: &Geometry) -> u64 {
     next << 32 | (rng.below(size as u64 + 64) & !3)
 }
 
+/// What the operations on the scribbled shard use (how many keys, and
+/// values up to how many bytes, capped by what an entry may hold), and
+/// whether the scribbler keeps to the refusals' record, so that the rest
+/// of the shard works as it should and strict admission's duels (which
+/// write the record) go on.
+struct Load {
+    keys: usize,
+    max_value: usize,
+    record_only: bool,
+}
+
+/// Few keys, values up to 64 KiB: spills, overwrites of every size.
+const FEW_LARGE: Load = Load { keys: 200, max_value: 64 * 1024, record_only: false };
+
 /// Rewrite random words of shard `target` (header past the mutex, index
 /// and arena) from a second mapping while this process runs operations on
 /// every shard. The process must not crash or panic; every shard other than
 /// `target` must keep exactly its contents; reads from `target` return
 /// values no longer than an entry may be.
-fn scribble_while_operating(shard_size: usize, shards: usize, target: usize, ops: usize) {
+fn scribble_while_operating(
+    shard_size: usize,
+    shards: usize,
+    target: usize,
+    ops: usize,
+    load: Load,
+) {
     let d = TempDir::new("scribble");
     let size = HEADER_SIZE + shards * shard_size;
     let c = Arc::new(Cache::open(d.file("c"), &opts(size, shards)).unwrap());
@@ -236,6 +256,7 @@ fn scribble_while_operating(shard_size: usize, shards: usize, target: usize, ops
     let scribbles = Arc::new(AtomicU64::new(0));
     let scribbler = {
         let (raw, stop, scribbles) = (raw.clone(), stop.clone(), scribbles.clone());
+        let record_only = load.record_only;
         std::thread::spawn(move || {
             let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ shard_size as u64);
             let base = shard_base(&g, target);
@@ -244,7 +265,22 @@ fn scribble_while_operating(shard_size: usize, shards: usize, target: usize, ops
             // values: init, kernel threads) costs a bounded wait.
             let header_words = (SHARD_HEADER_SIZE - 8) / 8;
             let segments = g.segments().0 as u64;
+            let record = g.refusals_size();
+            let record_off = base + g.policy_body_offset() + g.policy_size() - record;
             while !stop.load(Ordering::Relaxed) {
+                if record_only {
+                    let off = record_off + 8 * rng.below((record / 8) as u64) as usize;
+                    let word = match rng.below(3) {
+                        0 => rng.below(1 << 12),
+                        // A probe's shape: the set bit, a clock, a tag.
+                        1 => 1 << 63 | rng.below(1 << 32) << 31 | rng.below(1 << 31),
+                        _ => plausible_word(&mut rng, &g),
+                    };
+                    raw.write_u64(off, word);
+                    scribbles.fetch_add(1, Ordering::Relaxed);
+                    std::thread::yield_now();
+                    continue;
+                }
                 let off = match rng.below(31) {
                     0 => base, // the lock word (and the unused bytes after it)
                     1..=8 => base + 8 + 8 * rng.below(header_words as u64) as usize,
@@ -252,11 +288,14 @@ fn scribble_while_operating(shard_size: usize, shards: usize, target: usize, ops
                         base + g.index_offset() + 8 * rng.below(g.slots_per_shard as u64) as usize
                     }
                     28..=30 => {
-                        // The policy region (sketch, miniatures, mode):
-                        // small values now and then, which pass as
-                        // lengths and cursors.
+                        // The policy region (sketch, miniatures, mode, and
+                        // the refusals' record at its end, if the shard
+                        // has one): small values now and then, which pass
+                        // as lengths, cursors, clocks and tags.
                         let off = if rng.below(4) == 0 {
                             base + g.policy_offset() + 8 * rng.below(8) as usize
+                        } else if record > 0 && rng.below(3) == 0 {
+                            record_off + 8 * rng.below((record / 8) as u64) as usize
                         } else {
                             base + g.policy_body_offset()
                                 + 8 * rng.below((g.policy_size() / 8) as u64) as usize
@@ -296,8 +335,8 @@ fn scribble_while_operating(shard_size: usize, shards: usize, target: usize, ops
         })
     };
     let mut rng = Rng(12345);
-    let keys = keys_in_shard(&c, target, 200, "t");
-    let max_value = (c.max_entry_size() / 3).min(64 * 1024);
+    let keys = keys_in_shard(&c, target, load.keys, "t");
+    let max_value = (c.max_entry_size() / 3).min(load.max_value);
     for _ in 0..ops {
         let k = &keys[rng.below(keys.len() as u64) as usize];
         let r = match rng.below(7) {
@@ -332,13 +371,19 @@ fn scribble_while_operating(shard_size: usize, shards: usize, target: usize, ops
             }),
         };
         match r {
-            Ok(()) | Err(Error::Corrupt(_)) | Err(Error::LockTimeout { .. }) => {}
+            Ok(()) | Err(Error::LockTimeout { .. }) => {}
+            // The record is policy, not data: scribbled, it may turn the
+            // shard's admission, never make it corrupt.
+            Err(Error::Corrupt(_)) if !load.record_only => {}
             Err(e) => panic!("unexpected error under scribbling: {e}"),
         }
     }
     stop.store(true, Ordering::Relaxed);
     scribbler.join().unwrap();
     assert!(scribbles.load(Ordering::Relaxed) > 0);
+    if load.record_only {
+        c.check().expect("a shard whose refusals' record was scribbled passes its check");
+    }
     for k in &others {
         let v = c.get(k).unwrap().unwrap_or_else(|| panic!("{k:?} lost from an untouched shard"));
         assert_eq!(&v.data, k, "an untouched shard changed");
@@ -347,17 +392,29 @@ fn scribble_while_operating(shard_size: usize, shards: usize, target: usize, ops
 
 #[test]
 fn scribbled_small_shards_never_crash_or_leak_into_other_shards() {
-    scribble_while_operating(16 * 1024, 4, 1, 60_000);
+    scribble_while_operating(16 * 1024, 4, 1, 60_000, FEW_LARGE);
 }
 
 #[test]
 fn scribbled_large_shards_never_crash_or_leak_into_other_shards() {
-    scribble_while_operating(4 << 20, 2, 0, 30_000);
+    scribble_while_operating(4 << 20, 2, 0, 30_000, FEW_LARGE);
+}
+
+/// A shard with a refusals' record (`Geometry::refusal_probes`), over-full
+/// with small entries: strict admission refuses candidates and follows
+/// them while the scribbler rewrites the record's clock, run and probes
+/// (only those, so that the duels go on), then the whole shard.
+#[test]
+fn scribbled_refusals_record_never_crashes_or_leaks_into_other_shards() {
+    for record_only in [true, false] {
+        let load = Load { keys: 20_000, max_value: 200, record_only };
+        scribble_while_operating(512 * 1024, 2, 1, 120_000, load);
+    }
 }
 
 #[test]
 fn scribbled_last_shard_never_writes_past_the_mapping() {
-    scribble_while_operating(16 * 1024, 2, 1, 60_000);
+    scribble_while_operating(16 * 1024, 2, 1, 60_000, FEW_LARGE);
 }
 
 /// Defect 1, by property: for every geometry the engine accepts (shards up
