@@ -253,7 +253,7 @@ impl Store {
             // opening costs no getpid).
             spill_hand: AtomicUsize::new(crate::lock::my_pid() as usize),
             room_hand: AtomicUsize::new(crate::lock::my_pid() as usize),
-            read_samples: Samples::new(geo.shard_count),
+            read_samples: Samples::new(geo.shard_count, geo.policy_parts().1),
         };
         if first_here
             && cache.spill_budget > 0

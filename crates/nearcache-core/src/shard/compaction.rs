@@ -341,13 +341,14 @@ impl<'a> ShardGuard<'a> {
         // The first window entry left unjudged: the window starts there.
         let mut unjudged = None;
         if strict && n > 0 {
-            let came_in = self.judgement_clock(false);
-            // The entries appended since the last compaction are the
-            // window (`policy.rs`): each unhit one meets the hand's next
-            // victim among the older entries, and one of the two goes,
-            // until the compaction has freed what it must.
-            for c in 0..n {
-                if entries[c].off < window || visited[c] || !keep[c] {
+            // The entries appended since the last compaction, and those it
+            // left, are the window (`policy.rs`): each unhit one meets the
+            // hand's next victim among the older entries, and one of the
+            // two goes, until the compaction has freed what it must.
+            let first = entries.iter().position(|e| e.off >= window).unwrap_or(n);
+            let arrivals = self.window_arrivals(n - first);
+            for c in first..n {
+                if visited[c] || !keep[c] {
                     continue;
                 }
                 if arena.saturating_sub(live_bytes) >= free_bytes_target && live_items <= max_items
@@ -369,7 +370,7 @@ impl<'a> ShardGuard<'a> {
                     idx = if i + 1 == n { 0 } else { i + 1 };
                 }
                 let Some(v) = victim else { break };
-                let gone = if self.wins(tags[c], tags[v], came_in) {
+                let gone = if self.wins(tags[c], tags[v], arrivals.came_in(c - first)) {
                     idx = if v + 1 == n { 0 } else { v + 1 };
                     v
                 } else {
@@ -382,7 +383,7 @@ impl<'a> ShardGuard<'a> {
                 let e = entries[gone];
                 self.note_dropped(&e);
             }
-            self.note_judged();
+            self.note_window_judged(arrivals, unjudged.unwrap_or(n) - first);
         }
         // Lenient: the hand wraps before the young entries while the older
         // ones can free enough (at most two laps of them).
@@ -572,7 +573,8 @@ impl<'a> ShardGuard<'a> {
             }
             None
         };
-        let came_in = if strict { self.judgement_clock(false) } else { 0 };
+        let first = candidates.start;
+        let arrivals = self.window_arrivals(if strict { candidates.len() } else { 0 });
         for c in candidates {
             if drop[c] || visited[c] {
                 continue;
@@ -586,7 +588,7 @@ impl<'a> ShardGuard<'a> {
             };
             // The loser goes; a candidate that loses leaves the hand on its
             // victim, which the next candidate meets.
-            let gone = if self.wins(tags[c], tags[v], came_in) {
+            let gone = if self.wins(tags[c], tags[v], arrivals.came_in(c - first)) {
                 v
             } else {
                 hand_at = v;
@@ -608,7 +610,7 @@ impl<'a> ShardGuard<'a> {
         }
         let stop = hand_at;
         if strict {
-            self.note_judged();
+            self.note_window_judged(arrivals, unjudged.unwrap_or(region.len()) - first);
         }
         // The hits the hand cleared reach the sketch (`policy.rs`).
         for tag in cleared {

@@ -60,8 +60,10 @@
 //! * What strict admission refused, and whether it came back. An adaptive
 //!   shard that admits strictly follows the candidates it refuses (a
 //!   probe each, one place per tag: 32 or 64 places, `refusals`) from
-//!   the start of their judgement's window, the earliest they can have
-//!   come in, and learns at the store of an absent key whether one came
+//!   the earliest they can have come in (a segmented shard: the start of
+//!   their judgement's window; a shard of one segment, whose judgements
+//!   leave part of the window for the next: their group in the window's
+//!   queue by arrival, `WindowArrivals`), and learns at the store of an absent key whether one came
 //!   back within three quarters of the shard's entries in requests, where
 //!   a recency policy would still have held it, or stayed away that long.
 //!   Eight in a row that came back turn it lenient at once, with the way
@@ -74,8 +76,10 @@
 //!   holds for its next replay.
 //! * Two locks. The shard's lock guards the sketch, the window and the
 //!   pin; the miniatures have a lock of their own (`Minis`), only ever
-//!   tried. Each handle keeps its sampled requests per shard (`Samples`:
-//!   reads are lock-free, stores are noted by the write) and replays them
+//!   tried. Each handle keeps its sampled requests per shard (`Samples`,
+//!   as many as a miniature has records: a run of hits as long as the
+//!   shard's entries; reads are lock-free, stores are noted by the
+//!   write) and replays them
 //!   after its next write to the shard has let go of the shard's lock, if
 //!   the miniatures' lock is free; else they wait for its next write. So
 //!   a write holds the shard's lock no longer for the miniatures, and no
@@ -168,18 +172,53 @@ mod refusals {
     /// the last; high 32 bits, the one before (`ShardGuard::
     /// judgement_clock`).
     pub const JUDGED: usize = 16;
+    /// A shard of one segment: its window in arrival order, oldest first,
+    /// in `ARRIVAL_GROUPS` words (`WindowArrivals`): high 32 bits, how
+    /// many of the window's entries; low 32 bits, the clock by which
+    /// they had not come in (0 words: none).
+    pub const ARRIVALS: usize = 24;
     /// The probes (`Geometry::refusal_probes`, 32 or 64) from here, one
     /// place per tag (`probe_place`): 0 empty, else bit 63, the clock by
-    /// which the refused candidate had not come in (its judgement's
-    /// window's start) in bits 31-62, the tag in bits 0-30.
+    /// which the refused candidate had not come in (`judgement_clock`, or
+    /// its group's in `ARRIVALS`) in bits 31-62, the tag in bits 0-30.
     pub const PROBE: usize = crate::layout::REFUSALS_HEADER;
 }
+
+/// Groups of the window's entries by arrival (`refusals::ARRIVALS`).
+const ARRIVAL_GROUPS: usize = 4;
 
 /// A probe word holds a candidate (`refusals::PROBE`).
 const PROBE_SET: u64 = 1 << 63;
 /// The bits of a tag a probe keeps (tags are 31 bits: bit 31 of a sample
 /// marks a store).
 const PROBE_TAG: u64 = (1 << 31) - 1;
+
+/// The window of a shard of one segment by arrival, for one judgement
+/// (`ShardGuard::window_arrivals`): groups of entries, oldest first, each
+/// with the clock by which its entries had not come in.
+pub(super) struct WindowArrivals {
+    groups: Vec<(usize, u32)>,
+}
+
+impl WindowArrivals {
+    /// The entries the groups hold.
+    fn len(&self) -> usize {
+        self.groups.iter().map(|g| g.0).sum()
+    }
+
+    /// The clock by which the window's entry at `pos` (0: the oldest) had
+    /// not come in; 0 without a record.
+    pub(super) fn came_in(&self, pos: usize) -> u32 {
+        let mut before = 0;
+        for &(count, clock) in &self.groups {
+            before += count;
+            if pos < before {
+                return clock;
+            }
+        }
+        self.groups.last().map_or(0, |g| g.1)
+    }
+}
 
 /// The place among `probes` of the probe for the key of `tag`: its tag's
 /// bits mixed (the low bits choose the miniatures' sample).
@@ -502,13 +541,24 @@ const REC_VISITED: u32 = 1 << 31;
 const STORED: u32 = 1 << 31;
 
 /// Most sampled requests a handle keeps per shard between two of its
-/// writes there (more are dropped: the miniatures see a sample of a
-/// sample). A strict shard holding most of a loop hits in runs as long as
-/// its entries; 16 kept the start of each run and dropped the rest, so the
-/// miniatures saw a shorter loop, tied, and the shard went lenient now and
-/// then (engine.md, "Round twelve"). Reads write nothing in the shard, so
-/// they cannot replay: this buffer is what carries a run to the next write.
-const SAMPLES_PER_SHARD: usize = 64;
+/// writes there: as many as a miniature has records (64 to 256,
+/// `Geometry::policy_parts`; more are dropped, and the miniatures see a
+/// sample of a sample). A strict shard holding most of a loop hits in
+/// runs as long as its entries, which the sample rate makes at most a
+/// miniature's records of samples. A buffer that keeps only the start of
+/// each run drops the same keys at every lap: the miniatures see a
+/// shorter loop, which fits them, tie, and the shard goes lenient now and
+/// then (16 samples, engine.md, "Round twelve"; 64 in shards of more than
+/// 2,000 entries, "Round seventeen"). Reads write nothing in the shard,
+/// so they cannot replay: this buffer is what carries a run to the next
+/// write. The first `FIRST_SAMPLES` are made at a handle's first sampled
+/// request in the shard, the rest at the first run that outlasts them.
+fn samples_per_shard(mini_records: usize) -> usize {
+    mini_records.clamp(FIRST_SAMPLES, 256)
+}
+
+/// Samples a handle keeps per shard before a run outlasts them.
+const FIRST_SAMPLES: usize = 64;
 
 /// A handle that samples no reads of a shard asks it for its rate once in
 /// this many writes there (a file set to adaptive or strict admission by
@@ -529,6 +579,8 @@ const HOLDER_CHECK: u32 = 64;
 /// its miniatures nothing.
 pub(crate) struct Samples {
     shards: Box<[ShardSamples]>,
+    /// Samples kept per shard between two writes (`samples_per_shard`).
+    capacity: usize,
     /// Whether any shard samples reads (an adaptive or strict file): a read
     /// of a lenient file's shard costs this one load.
     on: AtomicBool,
@@ -539,11 +591,14 @@ struct ShardSamples {
     /// The shard's sample rate (log2) as of this handle's last replay.
     log2: AtomicU32,
     /// Requests recorded since the last replay (may run past
-    /// `SAMPLES_PER_SHARD`).
+    /// `Samples::capacity`).
     len: AtomicU32,
     /// The requests, made at the first one: a handle opens every shard's
     /// record and most handles sample a few shards (an open per request).
-    tags: OnceLock<Box<[AtomicU32; SAMPLES_PER_SHARD]>>,
+    tags: OnceLock<Box<[AtomicU32; FIRST_SAMPLES]>>,
+    /// The requests past `FIRST_SAMPLES`, up to `Samples::capacity`, made
+    /// at the first run that outlasts the first.
+    more: OnceLock<Box<[AtomicU32]>>,
     /// Writes since this handle last asked a lenient shard for its rate.
     writes: AtomicU32,
     /// Replays given up in a row because the miniatures' lock was held.
@@ -551,15 +606,22 @@ struct ShardSamples {
 }
 
 impl Samples {
-    pub(crate) fn new(shards: usize) -> Samples {
+    /// A handle's samples of a file of `shards` shards whose miniatures
+    /// have `mini_records` records each.
+    pub(crate) fn new(shards: usize, mini_records: usize) -> Samples {
         let shard = || ShardSamples {
             log2: AtomicU32::new(31),
             len: AtomicU32::new(0),
             tags: OnceLock::new(),
+            more: OnceLock::new(),
             writes: AtomicU32::new(0),
             busy: AtomicU32::new(0),
         };
-        Samples { shards: (0..shards).map(|_| shard()).collect(), on: AtomicBool::new(false) }
+        Samples {
+            shards: (0..shards).map(|_| shard()).collect(),
+            capacity: samples_per_shard(mini_records),
+            on: AtomicBool::new(false),
+        }
     }
 
     /// Whether any shard samples reads (`note_read` is for when one does):
@@ -575,16 +637,24 @@ impl Samples {
     pub(crate) fn note_read(&self, i: usize, tag: u32) {
         let s = &self.shards[i];
         if tag & ((1u32 << s.log2.load(Relaxed).min(31)) - 1) == 0 {
-            Self::push(s, tag & !STORED);
+            self.push(s, tag & !STORED);
         }
     }
 
-    fn push(s: &ShardSamples, tag: u32) {
-        let tags = s.tags.get_or_init(|| Box::new(std::array::from_fn(|_| AtomicU32::new(0))));
+    fn push(&self, s: &ShardSamples, tag: u32) {
         let n = s.len.fetch_add(1, Relaxed) as usize;
-        if n < SAMPLES_PER_SHARD {
-            tags[n].store(tag, Relaxed);
-        }
+        let slot = if n < FIRST_SAMPLES {
+            let tags = s.tags.get_or_init(|| Box::new(std::array::from_fn(|_| AtomicU32::new(0))));
+            &tags[n]
+        } else if n < self.capacity {
+            let more = s.more.get_or_init(|| {
+                (FIRST_SAMPLES..self.capacity).map(|_| AtomicU32::new(0)).collect()
+            });
+            &more[n - FIRST_SAMPLES]
+        } else {
+            return;
+        };
+        slot.store(tag, Relaxed);
     }
 
     /// Keep shard `s`'s sample rate for this handle's reads; a rate above
@@ -722,9 +792,9 @@ impl ShardGuard<'_> {
         if sampled || self.counts_all() {
             self.sketch_add(tag);
         }
-        if sampled {
-            if let Some(s) = self.samples.and_then(|s| s.shards.get(self.shard.number)) {
-                Samples::push(s, tag | STORED);
+        if let Some(samples) = self.samples.filter(|_| sampled) {
+            if let Some(s) = samples.shards.get(self.shard.number) {
+                samples.push(s, tag | STORED);
             }
         }
     }
@@ -769,24 +839,90 @@ impl ShardGuard<'_> {
         ((word as u32).wrapping_add(pending), ((word >> 32) as u32).max(1))
     }
 
-    /// The clock by which the candidates of a judgement of the window had
-    /// not come in yet: the earliest a refusal can be followed from. A
-    /// key refused long after it came in (a strict shard holding a loop
-    /// fills its window slowly, between runs of hits) must not look back
-    /// soon. A shard of one segment judges what came in since its last
-    /// judgement (`segmented` false); a segmented one keeps the newer
+    /// The clock by which the candidates of a judgement of a segmented
+    /// shard's head had not come in yet: the earliest a refusal can be
+    /// followed from. A key refused long after it came in (a strict
+    /// shard holding a loop fills its window slowly, between runs of
+    /// hits) must not look back soon. A segmented shard keeps the newer
     /// half of its head in the window, so its candidates came in since
-    /// the judgement before that.
-    pub(super) fn judgement_clock(&self, segmented: bool) -> u32 {
+    /// the judgement before the last. (A shard of one segment knows more:
+    /// `window_arrivals`.)
+    pub(super) fn judgement_clock(&self) -> u32 {
         if !self.shard.follows_refusals() {
             return 0;
         }
-        let judged = self.shard.refusals_word(refusals::JUDGED).load(Relaxed);
-        if segmented {
-            (judged >> 32) as u32
-        } else {
-            judged as u32
+        (self.shard.refusals_word(refusals::JUDGED).load(Relaxed) >> 32) as u32
+    }
+
+    /// When the entries of the window of a shard of one segment came in,
+    /// at the start of a strict judgement of its `len` entries. A
+    /// judgement stops once it freed enough, and the entries it left
+    /// wait for the next in the window, so the window is a queue whose
+    /// older part came in before the last judgement, maybe long before
+    /// (a strict shard on a loop leaves part of its window at most
+    /// judgements). The record keeps the queue's groups: those left
+    /// before, and after them the entries that came in since the last
+    /// judgement. Entries of the queue that died since (an overwrite, a
+    /// delete) are taken from its newest groups: the rest then look older
+    /// than they are, which follows fewer refusals, never a loop's.
+    pub(super) fn window_arrivals(&self, len: usize) -> WindowArrivals {
+        let mut arrivals = WindowArrivals { groups: Vec::new() };
+        if !self.follows_refusals_now() {
+            return arrivals;
         }
+        for i in 0..ARRIVAL_GROUPS {
+            let word = self.shard.refusals_word(refusals::ARRIVALS + 8 * i).load(Relaxed);
+            if word >> 32 != 0 {
+                arrivals.groups.push(((word >> 32) as usize, word as u32));
+            }
+        }
+        let mut excess = arrivals.len().saturating_sub(len);
+        while excess > 0 {
+            let Some(last) = arrivals.groups.last_mut() else { break };
+            let take = last.0.min(excess);
+            last.0 -= take;
+            excess -= take;
+            if last.0 == 0 {
+                arrivals.groups.pop();
+            }
+        }
+        let new = len - arrivals.len();
+        if new > 0 {
+            let last_judged = self.shard.refusals_word(refusals::JUDGED).load(Relaxed) as u32;
+            arrivals.groups.push((new, last_judged));
+        }
+        arrivals
+    }
+
+    /// A strict judgement of a shard of one segment ended, the first
+    /// `passed` entries of its window (judged, or hit and kept) out of
+    /// it: the rest wait in the record (`window_arrivals`), the oldest
+    /// groups merged into one (the older clock) to fit.
+    pub(super) fn note_window_judged(&self, mut arrivals: WindowArrivals, passed: usize) {
+        if !self.follows_refusals_now() {
+            return;
+        }
+        let mut passed = passed;
+        while passed > 0 && !arrivals.groups.is_empty() {
+            let first = &mut arrivals.groups[0];
+            let take = first.0.min(passed);
+            first.0 -= take;
+            passed -= take;
+            if first.0 == 0 {
+                arrivals.groups.remove(0);
+            }
+        }
+        while arrivals.groups.len() > ARRIVAL_GROUPS {
+            let (count, _) = arrivals.groups.remove(1);
+            arrivals.groups[0].0 += count;
+        }
+        for i in 0..ARRIVAL_GROUPS {
+            let word = arrivals.groups.get(i).map_or(0, |&(count, clock)| {
+                (count.min(u32::MAX as usize) as u64) << 32 | clock as u64
+            });
+            self.shard.refusals_word(refusals::ARRIVALS + 8 * i).store(word, Relaxed);
+        }
+        self.note_judged();
     }
 
     /// A judgement of the window ended (`judgement_clock`).
@@ -1072,9 +1208,10 @@ impl Shard {
         };
         s.busy.store(0, Relaxed);
         let len = s.len.swap(0, Relaxed) as usize;
-        let n = len.min(SAMPLES_PER_SHARD);
         if let Some(tags) = s.tags.get().filter(|_| self.policy_learns()) {
-            for t in &tags[..n] {
+            let more = s.more.get().map_or(&[][..], |more| &more[..]);
+            let n = len.min(FIRST_SAMPLES + more.len());
+            for t in tags.iter().chain(more).take(n) {
                 let tag = t.load(Relaxed);
                 minis.replay(tag & !STORED, tag & STORED == 0);
             }
@@ -1886,6 +2023,58 @@ mod tests {
         shard.lock(Duration::from_secs(5)).unwrap().pin_eviction(super::EvictionMode::Strict);
         refuse_and_return(12, 1, 100, 105);
         assert!(runs_strict());
+        drop(store);
+    }
+
+    /// The window of a shard of one segment is a queue: a judgement stops
+    /// once it freed enough and leaves the rest for the next. The entries
+    /// left came in before the last judgement, and their refusals are
+    /// timed from the window's start before it (they were timed from the
+    /// last judgement, and a strict shard on a loop, which leaves part of
+    /// its window at most judgements, saw them come back early).
+    #[test]
+    fn entries_a_judgement_left_in_the_window_keep_when_they_came_in() {
+        let dir = OneShard::new("arrivals");
+        let store = dir.open(1 << 20, true, true);
+        let shard = &store.shard_slice()[0];
+        let guard = || shard.lock(Duration::from_secs(5)).unwrap();
+        {
+            let g = guard();
+            g.reset_policy();
+            g.pin_eviction(super::EvictionMode::Adaptive);
+            assert!(g.strict());
+        }
+        let clock =
+            |now: u64| shard.refusals_word(super::refusals::CLOCK).store(10 << 32 | now, Relaxed);
+        // A judgement at `at` of a window of `len` entries that lets the
+        // first `passed` out; the clocks its positions are timed from.
+        let judge = |at: u64, len: usize, passed: usize| {
+            clock(at);
+            let g = guard();
+            let arrivals = g.window_arrivals(len);
+            let came_in: Vec<u32> = (0..len).map(|p| arrivals.came_in(p)).collect();
+            g.note_window_judged(arrivals, passed);
+            came_in
+        };
+        assert_eq!(judge(100, 4, 4), [0; 4], "before any judgement: the clock's start");
+        assert_eq!(judge(110, 6, 4), [100; 6], "came in since the judgement at 100");
+        // Two left at 110; four more came in since.
+        assert_eq!(judge(120, 6, 1), [100, 100, 110, 110, 110, 110]);
+        // One of those from before 110 left; three came in since 120.
+        assert_eq!(judge(130, 8, 3), [100, 110, 110, 110, 110, 120, 120, 120]);
+        // Two of the window died since (an overwrite, a delete): taken
+        // from the newest, the rest look older than they may be.
+        assert_eq!(judge(140, 3, 0), [110, 110, 120]);
+        // More groups than the record holds: the oldest merge, the older
+        // clock kept.
+        for (i, at) in (150..200).step_by(10).enumerate() {
+            judge(at, 4 + i, 0);
+        }
+        assert_eq!(judge(200, 9, 9), [110, 110, 110, 110, 110, 160, 170, 180, 190]);
+        assert_eq!(judge(210, 2, 0), [200, 200]);
+        // A pinned shard keeps no record of its window.
+        guard().pin_eviction(super::EvictionMode::Strict);
+        assert_eq!(judge(220, 3, 0), [0; 3]);
         drop(store);
     }
 

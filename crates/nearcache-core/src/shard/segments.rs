@@ -781,7 +781,7 @@ impl<'a> ShardGuard<'a> {
             m.set(JudgedMoves { judgements: m.get().judgements + 1, ..m.get() });
             m.get().moves
         });
-        let came_in = self.judgement_clock(true);
+        let came_in = self.judgement_clock();
         let mut duel = Duel { cands: &cands, next: 0, lost: Vec::new(), came_in };
         let mut left = self.shard.seg_size / 2;
         while duel.next < cands.len() && left > 0 {
