@@ -206,6 +206,21 @@ impl WindowArrivals {
         self.groups.iter().map(|g| g.0).sum()
     }
 
+    /// Take `n` entries out of the queue, from its newest end or its
+    /// oldest, emptied groups with them.
+    fn take(&mut self, mut n: usize, newest: bool) {
+        while n > 0 {
+            let at = if newest { self.groups.len().wrapping_sub(1) } else { 0 };
+            let Some(group) = self.groups.get_mut(at) else { break };
+            let taken = group.0.min(n);
+            group.0 -= taken;
+            n -= taken;
+            if group.0 == 0 {
+                self.groups.remove(at);
+            }
+        }
+    }
+
     /// The clock by which the window's entry at `pos` (0: the oldest) had
     /// not come in; 0 without a record.
     pub(super) fn came_in(&self, pos: usize) -> u32 {
@@ -867,7 +882,7 @@ impl ShardGuard<'_> {
     /// than they are, which follows fewer refusals, never a loop's.
     pub(super) fn window_arrivals(&self, len: usize) -> WindowArrivals {
         let mut arrivals = WindowArrivals { groups: Vec::new() };
-        if !self.follows_refusals_now() {
+        if len == 0 || !self.follows_refusals_now() {
             return arrivals;
         }
         for i in 0..ARRIVAL_GROUPS {
@@ -876,16 +891,7 @@ impl ShardGuard<'_> {
                 arrivals.groups.push(((word >> 32) as usize, word as u32));
             }
         }
-        let mut excess = arrivals.len().saturating_sub(len);
-        while excess > 0 {
-            let Some(last) = arrivals.groups.last_mut() else { break };
-            let take = last.0.min(excess);
-            last.0 -= take;
-            excess -= take;
-            if last.0 == 0 {
-                arrivals.groups.pop();
-            }
-        }
+        arrivals.take(arrivals.len().saturating_sub(len), true);
         let new = len - arrivals.len();
         if new > 0 {
             let last_judged = self.shard.refusals_word(refusals::JUDGED).load(Relaxed) as u32;
@@ -902,16 +908,7 @@ impl ShardGuard<'_> {
         if !self.follows_refusals_now() {
             return;
         }
-        let mut passed = passed;
-        while passed > 0 && !arrivals.groups.is_empty() {
-            let first = &mut arrivals.groups[0];
-            let take = first.0.min(passed);
-            first.0 -= take;
-            passed -= take;
-            if first.0 == 0 {
-                arrivals.groups.remove(0);
-            }
-        }
+        arrivals.take(passed, false);
         while arrivals.groups.len() > ARRIVAL_GROUPS {
             let (count, _) = arrivals.groups.remove(1);
             arrivals.groups[0].0 += count;
@@ -1932,6 +1929,19 @@ mod tests {
         drop(store);
     }
 
+    /// Set the refusals' clock of `shard` to `now`, with `horizon`.
+    fn set_refusals_clock(shard: &super::Shard, horizon: u64, now: u64) {
+        shard.refusals_word(super::refusals::CLOCK).store(horizon << 32 | now, Relaxed);
+    }
+
+    /// Forget what the policy of `shard` learnt and let it choose its mode
+    /// again (it starts strict, warming up).
+    fn reset_to_adaptive(shard: &super::Shard) {
+        let g = shard.lock(Duration::from_secs(5)).unwrap();
+        g.reset_policy();
+        g.pin_eviction(super::EvictionMode::Adaptive);
+    }
+
     /// An adaptive shard that admits strictly turns lenient, with a way
     /// back, once eight of the candidates it refused came back in a row
     /// within the horizon; one that stayed away past it ends the run, and
@@ -1942,10 +1952,7 @@ mod tests {
         let dir = OneShard::new("returns");
         let store = dir.open(1 << 20, true, true);
         let shard = &store.shard_slice()[0];
-        let horizon = 10u64;
-        let clock = |now: u64| {
-            shard.refusals_word(super::refusals::CLOCK).store(horizon << 32 | now, Relaxed)
-        };
+        let clock = |now: u64| set_refusals_clock(shard, 10, now);
         // Tags whose probes have places of their own.
         let mut places = std::collections::HashSet::new();
         let tags: Vec<u32> = (1u32..)
@@ -1971,11 +1978,7 @@ mod tests {
             }
         };
         let runs_strict = || shard.lock(Duration::from_secs(5)).unwrap().strict();
-        let reset = || {
-            let g = shard.lock(Duration::from_secs(5)).unwrap();
-            g.reset_policy();
-            g.pin_eviction(super::EvictionMode::Adaptive);
-        };
+        let reset = || reset_to_adaptive(shard);
         reset();
         refuse_and_return(7, 1, 100, 105);
         assert!(runs_strict(), "seven came back");
@@ -2038,18 +2041,12 @@ mod tests {
         let store = dir.open(1 << 20, true, true);
         let shard = &store.shard_slice()[0];
         let guard = || shard.lock(Duration::from_secs(5)).unwrap();
-        {
-            let g = guard();
-            g.reset_policy();
-            g.pin_eviction(super::EvictionMode::Adaptive);
-            assert!(g.strict());
-        }
-        let clock =
-            |now: u64| shard.refusals_word(super::refusals::CLOCK).store(10 << 32 | now, Relaxed);
+        reset_to_adaptive(shard);
+        assert!(guard().strict());
         // A judgement at `at` of a window of `len` entries that lets the
         // first `passed` out; the clocks its positions are timed from.
         let judge = |at: u64, len: usize, passed: usize| {
-            clock(at);
+            set_refusals_clock(shard, 10, at);
             let g = guard();
             let arrivals = g.window_arrivals(len);
             let came_in: Vec<u32> = (0..len).map(|p| arrivals.came_in(p)).collect();
