@@ -22,7 +22,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import ClassVar, TypeVar
@@ -239,11 +239,12 @@ class ServerProcess:
             return
         pid = self._process.pid
         os.kill(pid, signal.SIGSTOP)
-        deadline = time.monotonic() + timeout
-        while not _all_threads_stopped(pid):
-            if time.monotonic() > deadline:
-                raise ServerError(f"{self.binary} (pid {pid}) did not stop within {timeout} s")
-            time.sleep(0.001)
+        _wait_until(
+            lambda: _all_threads_stopped(pid),
+            timeout,
+            f"{self.binary} (pid {pid}) did not stop within {timeout} s",
+            interval=0.001,
+        )
 
     def resume(self) -> None:
         """Unfreeze a paused server (SIGCONT)."""
@@ -383,6 +384,17 @@ def _redis_command(host: str, port: int, *args: str, timeout: float = 2.0) -> by
                 return reply
 
 
+def _wait_until(
+    condition: Callable[[], bool], timeout: float, failure: str, interval: float = 0.05
+) -> None:
+    """Poll ``condition`` until it holds; raise ServerError(``failure``) after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise ServerError(failure)
+        time.sleep(interval)
+
+
 def _replica_unlinked(node: RedisServer) -> bool:
     """Whether ``node`` is a replica whose link to its primary is not up (yet)."""
     try:
@@ -394,11 +406,11 @@ def _replica_unlinked(node: RedisServer) -> bool:
 
 def _wait_replicas_linked(nodes: list[RedisServer], timeout: float) -> None:
     """Wait until every replica among ``nodes`` has finished its first sync."""
-    deadline = time.monotonic() + timeout
-    while any(_replica_unlinked(node) for node in nodes):
-        if time.monotonic() > deadline:
-            raise ServerError("a replica did not finish its first sync with its primary")
-        time.sleep(0.05)
+    _wait_until(
+        lambda: not any(_replica_unlinked(node) for node in nodes),
+        timeout,
+        "a replica did not finish its first sync with its primary",
+    )
 
 
 def _complete(reply: bytes) -> bool:
@@ -546,11 +558,7 @@ class RedisClusterServers(_ServerGroup):
 
     def wait_ok(self, timeout: float = 30.0) -> None:
         """Wait until :meth:`cluster_ok`; raise ServerError after ``timeout``."""
-        deadline = time.monotonic() + timeout
-        while not self.cluster_ok():
-            if time.monotonic() > deadline:
-                raise ServerError("the cluster did not reach cluster_state:ok")
-            time.sleep(0.05)
+        _wait_until(self.cluster_ok, timeout, "the cluster did not reach cluster_state:ok")
 
     def node_id(self, node: RedisServer) -> str:
         """The cluster node id of ``node``."""
@@ -703,11 +711,7 @@ class RedisSentinelServers(_ServerGroup):
         _wait_replicas_linked(self.replicas, timeout)
         for sentinel in self.sentinels:
             sentinel.start()
-        deadline = time.monotonic() + timeout
-        while not self._replicas_known():
-            if time.monotonic() > deadline:
-                raise ServerError("the sentinels did not discover the replicas")
-            time.sleep(0.05)
+        _wait_until(self._replicas_known, timeout, "the sentinels did not discover the replicas")
 
     def _replicas_known(self) -> bool:
         for sentinel in self.sentinels:
